@@ -1,0 +1,58 @@
+# streamstate: the commands of ../shared/CONTRACT.md. Every Python target uses .venv/
+# and creates it when missing; `make test` sets up everything from nothing.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+KAFKA_PORT ?= 9092
+KAFKA_BROKERS ?= 1
+export KAFKA_PORT KAFKA_BROKERS
+
+.PHONY: install run test test-unit test-integration test-batch lint kafka-up kafka-down \
+        kafka-jars nightly bench chaos clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,batch]'
+	touch $(STAMP)
+
+kafka-jars:
+	ops/kafka.sh jars
+
+kafka-up:
+	ops/kafka.sh up
+
+kafka-down:
+	ops/kafka.sh down
+
+run: install kafka-up
+	ops/run.sh
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: install kafka-jars
+	$(MAKE) lint
+	$(VENV)/bin/pytest
+
+test-unit: install
+	$(VENV)/bin/pytest tests/unit
+
+test-integration: install kafka-jars
+	$(VENV)/bin/pytest -m integration
+
+nightly: install kafka-up
+	@test -f ops/nightly.py || { echo "nightly: not built yet (see the batch issue)"; exit 1; }
+	$(PY) -m ops.nightly --once
+
+bench: install
+	@echo "bench: not built yet (see the benchmarks issue)"; exit 1
+
+clean:
+	rm -rf .data .pytest_cache .mypy_cache .ruff_cache

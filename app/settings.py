@@ -1,0 +1,80 @@
+"""The one Settings object: read from the environment once, then passed down.
+
+Where faust has an environment name for a setting we read that same name, so that a
+worker configured for plain faust behaves the same here; settings faust lacks use the
+``STREAMSTATE_`` prefix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Guarantee = Literal["at_least_once", "exactly_once"]
+
+
+def _env(name: str) -> AliasChoices:
+    return AliasChoices(name, name.lower())
+
+
+class Settings(BaseSettings):
+    """Worker and job configuration, from the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="STREAMSTATE_", extra="ignore", frozen=True)
+
+    # faust's own environment names
+    broker_url: str = Field("kafka://127.0.0.1:9092", validation_alias=_env("BROKER_URL"))
+    #: ``faust --datadir`` sets FAUST_DATADIR when faust is imported; it wins.
+    datadir: Path = Field(
+        Path("streamstate-data"),
+        validation_alias=AliasChoices("FAUST_DATADIR", "F_DATADIR", "APP_DATADIR", "datadir"),
+    )
+    web_host: str = Field("127.0.0.1", validation_alias=_env("WEB_HOST"))
+    web_port: int = Field(6066, ge=1, le=65535, validation_alias=_env("WEB_PORT"))
+    table_standby_replicas: int = Field(1, ge=0, validation_alias=_env("TABLE_STANDBY_REPLICAS"))
+    processing_guarantee: Guarantee = Field(
+        "at_least_once", validation_alias=_env("PROCESSING_GUARANTEE")
+    )
+    topic_partitions: int = Field(8, ge=1, validation_alias=_env("TOPIC_PARTITIONS"))
+    topic_replication_factor: int = Field(
+        1, ge=1, validation_alias=_env("TOPIC_REPLICATION_FACTOR")
+    )
+    broker_session_timeout: float = Field(
+        10.0, gt=0, validation_alias=_env("BROKER_SESSION_TIMEOUT")
+    )
+    broker_heartbeat_interval: float = Field(
+        1.0, gt=0, validation_alias=_env("BROKER_HEARTBEAT_INTERVAL")
+    )
+    broker_rebalance_timeout: float = Field(
+        20.0, gt=0, validation_alias=_env("BROKER_REBALANCE_TIMEOUT")
+    )
+
+    # streamstate's own (STREAMSTATE_ prefix)
+    api_token: str | None = None
+    #: Retention of the source topics, in ms; -1 keeps them forever (the batch job
+    #: recomputes from them).
+    source_retention_ms: int = -1
+    #: Largest accepted event value, in bytes; larger ones go to the DLQ.
+    max_event_bytes: int = Field(64 * 1024, gt=0)
+    #: How often standby updates are flushed to RocksDB, in seconds.
+    standby_flush_interval: float = Field(0.5, gt=0)
+    #: How long a forwarded key read may take before a standby answers, in seconds.
+    forward_timeout: float = Field(1.0, gt=0)
+    #: Windows of sales_by_category are kept this long, in days.
+    window_retention_days: float = Field(7.0, gt=0)
+    nightly_cron: str = "0 2 * * *"
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_has_scheme(cls, value: str) -> str:
+        return value if "://" in value else f"kafka://{value}"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The broker list without faust's ``kafka://`` scheme, for plain Kafka clients."""
+        return ",".join(
+            part.split("://", 1)[-1] for part in self.broker_url.split(";") if part.strip()
+        )

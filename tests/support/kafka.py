@@ -1,0 +1,62 @@
+"""The local Kafka for tests: started by ops/kafka.sh, stopped by its process ids."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST_PORT = int(os.environ.get("STREAMSTATE_TEST_KAFKA_PORT", "39092"))
+
+
+@dataclass(frozen=True)
+class LocalKafka:
+    """A running local cluster."""
+
+    port: int
+    brokers: int
+    directory: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.port + 2 * i}" for i in range(self.brokers))
+
+    @property
+    def broker_url(self) -> str:
+        return ";".join(f"kafka://127.0.0.1:{self.port + 2 * i}" for i in range(self.brokers))
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "KAFKA_PORT": str(self.port),
+            "KAFKA_BROKERS": str(self.brokers),
+            "KAFKA_DIR": str(self.directory),
+        }
+
+    def up(self) -> None:
+        subprocess.run([str(ROOT / "ops/kafka.sh"), "up"], env=self.env(), check=True)
+
+    def down(self) -> None:
+        subprocess.run([str(ROOT / "ops/kafka.sh"), "down"], env=self.env(), check=True)
+
+    def pids(self) -> list[int]:
+        return [int(p.read_text()) for p in sorted(self.directory.glob("node-*/kafka.pid"))]
+
+
+@contextmanager
+def local_kafka(name: str, brokers: int = 1, port: int = TEST_PORT) -> Iterator[LocalKafka]:
+    """Start a fresh cluster in .cache/test-kafka/<name>, and stop it afterwards."""
+    directory = ROOT / ".cache" / "test-kafka" / name
+    kafka = LocalKafka(port=port, brokers=brokers, directory=directory)
+    kafka.down()
+    shutil.rmtree(directory, ignore_errors=True)
+    kafka.up()
+    try:
+        yield kafka
+    finally:
+        kafka.down()
