@@ -6,26 +6,56 @@ faust --datadir DIR -A app.main worker -l info --web-host 127.0.0.1 --web-port 6
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import faust
 from mode import ServiceT
 
+from agents import inventory, products, sales, words
+from agents.dlq import DeadLetters
 from api import create_api
 from api.server import ApiServer, LegacyWebDisabled
+from app import topics
+from app.admin import ensure_topics
 from app.settings import Settings
+from tables.catalog import ProductCatalog
+from tables.definitions import Tables, declare_tables
 
 APP_ID = "streamstate"
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Everything the pipelines declared on the app: what the query layer reads."""
+
+    tables: Tables
+    catalog: ProductCatalog
+    dead_letters: DeadLetters
+    sources: dict[str, Any]
 
 
 class StreamstateApp(faust.App):
     """faust.App that also runs the FastAPI layer from the moment the worker starts."""
 
     settings: Settings
+    pipeline: Pipeline
+
+    async def on_first_start(self) -> None:
+        await super().on_first_start()
+        if not (self.producer_only or self.client_only):
+            specs = topics.topic_specs(
+                self.settings.topic_partitions, self.settings.source_retention_ms
+            )
+            await ensure_topics(
+                self.settings.bootstrap_servers, specs, self.settings.topic_replication_factor
+            )
 
     def on_init_dependencies(self) -> Iterable[ServiceT]:
         deps = list(super().on_init_dependencies())
         if not (self.producer_only or self.client_only):
+            deps.append(self.pipeline.catalog)
             # The worker CLI has set web_host/web_port by now; they are the canonical URL.
             deps.append(
                 ApiServer(
@@ -57,11 +87,63 @@ def create_app(settings: Settings) -> StreamstateApp:
         "consumer_auto_offset_reset": "earliest",
         "autodiscover": False,
         "web_enabled": True,
+        "TableManager": "tables.restore:StreamstateTableManager",
     }
     app = StreamstateApp(APP_ID, **options)
     app.settings = settings
     app.web_server(LegacyWebDisabled)
+    app.pipeline = build_pipeline(app, settings)
     return app
+
+
+def source_topics(app: faust.App, settings: Settings) -> dict[str, Any]:
+    """The source topics, raw bytes in and out: the agents validate every record."""
+    return {
+        spec.name: app.topic(
+            spec.name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=spec.partitions,
+            config=spec.config,
+            # faust creates the topics it declares as internal, with these settings.
+            internal=True,
+        )
+        for spec in topics.topic_specs(settings.topic_partitions, settings.source_retention_ms)
+        if spec.name in topics.SOURCE_TOPICS
+    }
+
+
+def build_pipeline(app: StreamstateApp, settings: Settings) -> Pipeline:
+    """Declare topics, tables and agents of the reference pipelines."""
+    sources = source_topics(app, settings)
+    tables = declare_tables(app, settings)
+    dlq = DeadLetters(
+        app, list(topics.SOURCE_TOPICS), settings.topic_partitions, settings.source_retention_ms
+    )
+    catalog = ProductCatalog(
+        bootstrap=settings.bootstrap_servers,
+        topic=topics.PRODUCTS,
+        path=Path(app.conf.datadir) / "catalog" / "products",
+    )
+    words.register(app, settings, sources[topics.TEXT_LINES], tables.word_counts, dlq)
+    sales_feed = inventory.register(
+        app, settings, sources[topics.ITEM_EVENTS], tables.inventory, catalog, dlq
+    )
+    sales.register(app, sales_feed, tables.sales_by_category)
+    products.register(app, settings, sources[topics.PRODUCTS], dlq)
+
+    async def flush_standby_buffers() -> None:
+        # faust buffers 1,000 standby updates per partition before writing them: without
+        # this a standby could serve minutes-old values.
+        recovery: Any = getattr(app.tables, "recovery", None)
+        if recovery is not None:
+            recovery.flush_buffers()
+
+    app.timer(settings.standby_flush_interval, name="flush_standby_buffers")(flush_standby_buffers)
+
+    return Pipeline(tables=tables, catalog=catalog, dead_letters=dlq, sources=sources)
 
 
 settings = Settings()

@@ -23,6 +23,9 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
+from app.admin import ensure_topics
+from app.topics import topic_specs
+
 CATEGORIES = {
     "produce": ["apples", "bananas", "carrots", "spinach", "tomatoes"],
     "dairy": ["milk", "yoghurt", "butter", "cheddar", "crème fraîche"],
@@ -93,10 +96,19 @@ def payment_for(rng: random.Random, sale: dict[str, Any], now_ms: int) -> dict[s
     }
 
 
-async def run(bootstrap: str, rate: float, count: int | None, seed: int | None) -> int:
+async def run(
+    bootstrap: str,
+    rate: float,
+    count: int | None,
+    seed: int | None,
+    partitions: int = 8,
+    retention_ms: int = -1,
+    replication_factor: int = 1,
+) -> int:
     """Produce until stopped (or ``count`` item events); return the item events sent."""
     rng = random.Random(seed)
     catalogue = Catalogue.build(rng)
+    await ensure_topics(bootstrap, topic_specs(partitions, retention_ms), replication_factor)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await producer.start()
     stop = asyncio.Event()
@@ -134,8 +146,19 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="item events per second")
     parser.add_argument("--count", type=int, default=None, help="stop after this many")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--partitions", type=int, default=8, help="for topics it creates")
+    parser.add_argument("--replication-factor", type=int, default=1)
     args = parser.parse_args()
-    sent = asyncio.run(run(args.bootstrap, args.rate, args.count, args.seed))
+    sent = asyncio.run(
+        run(
+            args.bootstrap,
+            args.rate,
+            args.count,
+            args.seed,
+            partitions=args.partitions,
+            replication_factor=args.replication_factor,
+        )
+    )
     print(f"generator: sent {sent} item events")
 
 

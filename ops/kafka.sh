@@ -78,7 +78,7 @@ share.coordinator.state.topic.replication.factor=$rf
 share.coordinator.state.topic.min.isr=$isr
 group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=2000
-auto.create.topics.enable=true
+auto.create.topics.enable=false
 log.cleaner.backoff.ms=5000
 EOF
 }

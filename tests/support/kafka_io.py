@@ -1,0 +1,133 @@
+"""Produce to and read from the test Kafka with plain aiokafka clients."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from app.admin import partitions_of
+
+
+@dataclass(frozen=True)
+class Record:
+    key: bytes | None
+    value: bytes | None
+    partition: int
+    offset: int
+    timestamp: int
+    headers: dict[str, bytes]
+
+
+def encode(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return orjson.dumps(value)
+
+
+async def _produce(bootstrap: str, topic: str, records: Iterable[tuple[Any, Any]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(topic, encode(value), key=encode(key)) for key, value in records
+        ]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[tuple[Any, Any]]) -> None:
+    """Send (key, value) pairs; str and bytes go as they are, anything else as JSON."""
+    asyncio.run(_produce(bootstrap, topic, list(records)))
+
+
+async def _create(bootstrap: str, topics: dict[str, int], config: dict[str, str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        new = [
+            NewTopic(name, partitions, 1, topic_configs=config)
+            for name, partitions in topics.items()
+            if name not in existing
+        ]
+        if new:
+            await admin.create_topics(new)
+    finally:
+        await admin.close()
+
+
+def create_topics(
+    bootstrap: str, topics: dict[str, int], config: dict[str, str] | None = None
+) -> None:
+    asyncio.run(_create(bootstrap, topics, config or {}))
+
+
+async def _read(bootstrap: str, topic: str, wait_s: float) -> list[Record]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+    )
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + wait_s
+        partitions = await partitions_of(bootstrap, topic, wait_s)
+        if not partitions:
+            return []
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        out: list[Record] = []
+        while [tp for tp, end in ends.items() if end > 0 and await consumer.position(tp) < end]:
+            batches = await consumer.getmany(timeout_ms=500)
+            for tp, messages in batches.items():
+                out.extend(
+                    Record(m.key, m.value, tp.partition, m.offset, m.timestamp, dict(m.headers))
+                    for m in messages
+                )
+            if time.monotonic() > deadline + 60:
+                raise TimeoutError(f"reading {topic} did not reach its end offsets")
+        return out
+    finally:
+        await consumer.stop()
+
+
+def read_topic(bootstrap: str, topic: str, timeout: float = 10.0) -> list[Record]:
+    """Every committed record of a topic, up to its end offsets now."""
+    return asyncio.run(_read(bootstrap, topic, timeout))
+
+
+def changelog_state(bootstrap: str, table: str) -> dict[bytes, Any]:
+    """Latest value per key of a table's changelog (tombstones remove the key)."""
+    state: dict[bytes, Any] = {}
+    for record in read_topic(bootstrap, f"streamstate-{table}-changelog"):
+        assert record.key is not None
+        if record.value is None:
+            state.pop(record.key, None)
+        else:
+            state[record.key] = orjson.loads(record.value)
+    return state
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.5) -> Any:
+    """Poll ``check`` until it returns something truthy; return that."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"condition not met in {timeout}s (last: {last!r})")
