@@ -10,7 +10,7 @@ KAFKA_BROKERS ?= 1
 export KAFKA_PORT KAFKA_BROKERS
 
 .PHONY: install run test test-unit test-integration test-batch lint kafka-up kafka-down \
-        kafka-jars nightly bench chaos clean
+        kafka-jars nightly bench chaos clean tools
 
 install: $(STAMP)
 
@@ -37,7 +37,10 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: install kafka-jars
+tools:
+	ops/docker/tools.sh
+
+test: install kafka-jars tools
 	$(MAKE) lint
 	$(VENV)/bin/pytest
 
