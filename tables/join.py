@@ -1,0 +1,365 @@
+"""A windowed stream-stream join of two co-partitioned topics, buffered in RocksDB tables.
+
+faust has no joins, so this is one in the manner of Kafka Streams' KStream-KStream left
+join: a left record ``l`` and a right record ``r`` with equal join keys match when
+``r.ts`` lies in ``[l.ts - before, l.ts + after]``. Every matching pair is emitted once;
+a left record that matched nothing is emitted on its own (the left join) once event time
+on *both* inputs' partitions has passed ``l.ts + after + grace``.
+
+Event time is kept per input partition: the largest ``ts`` seen on that side. The result
+must not depend on how the consumption of the two topics interleaves, so whether a pair
+matches may depend only on what each side saw before it, never on the other side's
+progress at the moment the records meet. Each buffered record remembers its own side's
+event time when it arrived (its *watermark*), and a pair matches only when neither record
+arrived after its own side had passed the other's window:
+
+* ``r`` is too late for ``l`` when ``r.watermark - grace > l.ts + after``;
+* ``l`` is too late for ``r`` when ``l.watermark - grace > r.ts + before``.
+
+Both facts are fixed by each topic partition's order alone. Records are kept exactly as
+long as a partner that could still match may arrive (a left one until the right side has
+passed its window, a right one until the left side has passed its window), so whichever
+record of a matching pair comes second finds the first still buffered, in any
+interleaving. Buffered records and both watermarks live in changelogged RocksDB tables of
+the event's partition; the expired ones are deleted, with tombstones, as event time moves.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import faust
+
+Side = Literal["left", "right"]
+LEFT: Side = "left"
+RIGHT: Side = "right"
+
+_RECORD = b"k"  # k <len:2> <join key> <seq>: the buffered record
+_BY_TIME = b"t"  # t <ts:8> <seq>: the record's key, for expiry in event-time order
+_SEQ = struct.Struct(">IQ")  # source partition, source offset: unique, stable on replay
+_TS = struct.Struct(">Q")
+
+
+@dataclass(frozen=True)
+class JoinWindow:
+    """Right records match left records with ``r.ts`` in ``[l.ts - before, l.ts + after]``.
+
+    ``grace_ms`` is how far a record may arrive behind its side's event time and still
+    meet partners whose window it belongs to; it delays every expiry by as much.
+    """
+
+    before_ms: int
+    after_ms: int
+    grace_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.before_ms, self.after_ms, self.grace_ms) < 0:
+            raise ValueError(f"window bounds must not be negative: {self}")
+
+    def contains(self, left_ts: int, right_ts: int) -> bool:
+        """Whether a right record at ``right_ts`` lies in the window of a left one."""
+        return left_ts - self.before_ms <= right_ts <= left_ts + self.after_ms
+
+    def left_passed(self, left_ts: int, watermark: int | None) -> bool:
+        """Whether event time ``watermark`` has passed the window (and grace) of a left record."""
+        return watermark is not None and watermark - self.grace_ms > left_ts + self.after_ms
+
+    def right_passed(self, right_ts: int, watermark: int | None) -> bool:
+        """Whether event time ``watermark`` has passed the window (and grace) of a right record."""
+        return watermark is not None and watermark - self.grace_ms > right_ts + self.before_ms
+
+    def matches(self, left: Buffered, right: Buffered) -> bool:
+        """Whether two records with equal join keys form a pair, in any interleaving."""
+        return (
+            self.contains(left.ts, right.ts)
+            and not self.left_passed(left.ts, right.watermark)
+            and not self.right_passed(right.ts, left.watermark)
+        )
+
+
+@dataclass(frozen=True)
+class Buffered:
+    """One record of one side, as the join keeps it."""
+
+    join_key: bytes
+    ts: int
+    #: Its side's event time right after it arrived (its own ts included).
+    watermark: int
+    #: Partition and offset of the source record: its identity in the buffer.
+    seq: bytes
+    value: Any
+    matched: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "join_key": self.join_key.hex(),
+            "ts": self.ts,
+            "watermark": self.watermark,
+            "seq": self.seq.hex(),
+            "value": self.value,
+            "matched": self.matched,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Buffered:
+        return cls(
+            join_key=bytes.fromhex(data["join_key"]),
+            ts=int(data["ts"]),
+            watermark=int(data["watermark"]),
+            seq=bytes.fromhex(data["seq"]),
+            value=data["value"],
+            matched=bool(data["matched"]),
+        )
+
+
+@dataclass
+class JoinResult:
+    """What one input record produced: matched pairs and expired unmatched left records."""
+
+    pairs: list[tuple[Any, Any]] = field(default_factory=list)
+    unmatched: list[Any] = field(default_factory=list)
+
+
+class PartitionStore(Protocol):
+    """One partition of a key-value store with JSON values and ordered keys."""
+
+    def get(self, key: bytes) -> Any | None: ...
+
+    def put(self, key: bytes, value: Any) -> None: ...
+
+    def delete(self, key: bytes) -> None: ...
+
+    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, Any]]:
+        """Items whose key starts with ``prefix``, in key order."""
+        ...
+
+
+def sequence(partition: int, offset: int) -> bytes:
+    """The identity of a source record in the buffers."""
+    return _SEQ.pack(partition, offset)
+
+
+def record_key(join_key: bytes, seq: bytes) -> bytes:
+    return _RECORD + len(join_key).to_bytes(2, "big") + join_key + seq
+
+
+def _join_prefix(join_key: bytes) -> bytes:
+    return _RECORD + len(join_key).to_bytes(2, "big") + join_key
+
+
+def time_key(ts: int, seq: bytes) -> bytes:
+    return _BY_TIME + _TS.pack(ts) + seq
+
+
+def _time_of(key: bytes) -> int:
+    return int(_TS.unpack_from(key, len(_BY_TIME))[0])
+
+
+class PartitionJoin:
+    """The join state machine of one partition over three stores: left, right, watermarks."""
+
+    def __init__(
+        self,
+        window: JoinWindow,
+        left: PartitionStore,
+        right: PartitionStore,
+        watermarks: PartitionStore,
+        partition: int,
+    ) -> None:
+        self.window = window
+        self.stores = {LEFT: left, RIGHT: right}
+        self.watermarks = watermarks
+        self.partition = partition
+
+    def watermark(self, side: Side) -> int | None:
+        """Event time of one side on this partition: the largest ts seen, or None."""
+        value = self.watermarks.get(self._watermark_key(side))
+        return None if value is None else int(value)
+
+    def process(
+        self, side: Side, ts: int, offset: int, join_key: bytes | None, value: Any = None
+    ) -> JoinResult:
+        """Apply one record of ``side``; a record without a join key only moves event time."""
+        result = JoinResult()
+        self._advance(side, ts)
+        marks = self._marks()
+        if join_key is not None:
+            seq = sequence(self.partition, offset)
+            watermark = marks[side]
+            assert watermark is not None  # _advance has just set it
+            record = Buffered(join_key, ts, watermark, seq, value)
+            self._admit(side, self._match(side, record, result), marks, result)
+        self._expire(marks, result)
+        return result
+
+    def buffered(self, side: Side) -> int:
+        """How many records of ``side`` this partition holds."""
+        return sum(1 for _ in self.stores[side].scan(_RECORD))
+
+    def _watermark_key(self, side: Side) -> bytes:
+        return f"{side}:{self.partition}".encode()
+
+    def _advance(self, side: Side, ts: int) -> None:
+        current = self.watermark(side)
+        if current is None or current < ts:
+            self.watermarks.put(self._watermark_key(side), ts)
+
+    def _marks(self) -> dict[Side, int | None]:
+        return {LEFT: self.watermark(LEFT), RIGHT: self.watermark(RIGHT)}
+
+    def _match(self, side: Side, record: Buffered, result: JoinResult) -> Buffered:
+        other_side: Side = RIGHT if side == LEFT else LEFT
+        other = self.stores[other_side]
+        for key, data in list(other.scan(_join_prefix(record.join_key))):
+            partner = Buffered.from_json(data)
+            left, right = (record, partner) if side == LEFT else (partner, record)
+            if not self.window.matches(left, right):
+                continue
+            result.pairs.append((left.value, right.value))
+            if side == LEFT:
+                record = _with_match(record)
+            elif not partner.matched:
+                other.put(key, _with_match(partner).to_json())
+        return record
+
+    def _admit(
+        self, side: Side, record: Buffered, marks: dict[Side, int | None], result: JoinResult
+    ) -> None:
+        if self._expired(side, record.ts, marks):
+            # Already past its window on both sides: never stored, so no changelog churn.
+            if side == LEFT and not record.matched:
+                result.unmatched.append(record.value)
+            return
+        store = self.stores[side]
+        key = record_key(record.join_key, record.seq)
+        store.put(key, record.to_json())
+        store.put(time_key(record.ts, record.seq), key.hex())
+
+    def _expired(self, side: Side, ts: int, marks: dict[Side, int | None]) -> bool:
+        """Whether no partner can still match a record of ``side`` at ``ts``, and (for a
+        left record) event time on both sides has passed its window."""
+        if side == RIGHT:
+            return self.window.right_passed(ts, marks[LEFT])
+        return self.window.left_passed(ts, marks[LEFT]) and self.window.left_passed(
+            ts, marks[RIGHT]
+        )
+
+    def _expire(self, marks: dict[Side, int | None], result: JoinResult) -> None:
+        for side in (LEFT, RIGHT):
+            store = self.stores[side]
+            done: list[tuple[bytes, bytes]] = []
+            for index_key, record_hex in store.scan(_BY_TIME):
+                if not self._expired(side, _time_of(index_key), marks):
+                    break
+                done.append((index_key, bytes.fromhex(record_hex)))
+            for index_key, key in done:
+                data = store.get(key)
+                if side == LEFT and data is not None and not data["matched"]:
+                    result.unmatched.append(data["value"])
+                store.delete(key)
+                store.delete(index_key)
+
+
+def _with_match(record: Buffered) -> Buffered:
+    return Buffered(
+        record.join_key, record.ts, record.watermark, record.seq, record.value, matched=True
+    )
+
+
+class TablePartition:
+    """One partition of a faust RocksDB table as a PartitionStore.
+
+    Writes go through the table, inside the stream's current event, so they reach the
+    changelog partition of that event; reads and ordered scans use the partition's RocksDB
+    directly, since a faust table offers neither prefix scans nor a partition choice.
+    """
+
+    def __init__(self, table: Any, partition: int) -> None:
+        self.table = table
+        self.store: Any = table.data
+        self.db: Any = self.store._db_for_partition(partition)
+
+    def get(self, key: bytes) -> Any | None:
+        raw = self.db.get(key)
+        return None if raw is None else self.store._decode_value(raw)
+
+    def put(self, key: bytes, value: Any) -> None:
+        self.table[key] = value
+
+    def delete(self, key: bytes) -> None:
+        del self.table[key]
+
+    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, Any]]:
+        for key, raw in self.db.items(from_key=prefix):
+            if not key.startswith(prefix):
+                return
+            yield key, self.store._decode_value(raw)
+
+
+ChangelogCallback = Callable[[Any], Any]
+
+
+class StreamJoin:
+    """A windowed left join of two co-partitioned topics, on three changelogged tables.
+
+    Call :meth:`process` from the agent that consumes both topics, once per record of
+    either, inside the stream iteration: table writes go to the event's partition.
+    """
+
+    def __init__(
+        self,
+        app: faust.App,
+        name: str,
+        window: JoinWindow,
+        *,
+        partitions: int,
+        left: str = LEFT,
+        right: str = RIGHT,
+        on_changelog_event: Callable[[str], ChangelogCallback] | None = None,
+    ) -> None:
+        self.name = name
+        self.window = window
+
+        def table(suffix: str) -> Any:
+            table_name = f"{name}_{suffix}"
+            extra: dict[str, Any] = {}
+            if on_changelog_event is not None:
+                extra["on_changelog_event"] = on_changelog_event(table_name)
+            return app.Table(
+                table_name,
+                key_type=bytes,
+                default=None,
+                partitions=partitions,
+                help=f"{name} join: {suffix}",
+                # Expired records leave tombstones; rolling segments hourly lets the
+                # broker compact them away instead of keeping a week of history.
+                extra_topic_configs={"segment.ms": "3600000"},
+                **extra,
+            )
+
+        self.left_table = table(f"{left}_buffer")
+        self.right_table = table(f"{right}_buffer")
+        self.watermark_table = table("watermarks")
+
+    def tables(self) -> list[Any]:
+        return [self.left_table, self.right_table, self.watermark_table]
+
+    def partition(self, partition: int) -> PartitionJoin:
+        """The join state of one (active) partition."""
+        return PartitionJoin(
+            self.window,
+            TablePartition(self.left_table, partition),
+            TablePartition(self.right_table, partition),
+            TablePartition(self.watermark_table, partition),
+            partition,
+        )
+
+    def process(
+        self, event: Any, side: Side, ts: int, join_key: bytes | None, value: Any = None
+    ) -> JoinResult:
+        """Apply the current stream event as a record of ``side``."""
+        message = event.message
+        return self.partition(message.partition).process(side, ts, message.offset, join_key, value)
