@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry
 
-from api.routes import health
+from api.errors import register_handlers
+from api.middleware import LatencyMiddleware
+from api.peers import Peers
+from api.queries import Queries
+from api.routes import health, internal, metadata, metrics, tables
+from api.routing import normalize_url
+from api.scans import Scans
+from app.metrics import AgentEventCounter, WorkerCollector
 
 
 def create_api(worker: Any) -> FastAPI:
@@ -15,12 +25,31 @@ def create_api(worker: Any) -> FastAPI:
 
     ``worker`` is the faust app; routes reach it through ``request.app.state.worker``.
     """
+    settings = worker.settings
+    peers = Peers(
+        normalize_url(worker.conf.canonical_url), settings.api_token, settings.forward_timeout
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await peers.close()
+
     api = FastAPI(
         title="streamstate",
         summary="Interactive queries over the stream processor's tables",
         version="0.1.0",
         default_response_class=JSONResponse,
+        lifespan=lifespan,
     )
     api.state.worker = worker
-    api.include_router(health.router)
+    api.state.queries = queries = Queries(worker, peers)
+    api.state.scans = Scans(queries)
+    api.state.worker_registry = registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkerCollector(worker))
+    worker.sensors.add(AgentEventCounter())
+    register_handlers(api)
+    api.add_middleware(LatencyMiddleware)
+    for module in (health, tables, metadata, internal, metrics):
+        api.include_router(module.router)
     return api

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+
+from api.deps import Worker
+from api.schemas import Readiness
 
 router = APIRouter(tags=["health"])
 
@@ -16,18 +19,46 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/ready", responses={503: {"description": "recovering or not yet assigned"}})
-async def ready(request: Request) -> JSONResponse:
-    """200 once the worker holds an assignment and its active partitions are recovered."""
-    worker: Any = request.app.state.worker
-    assignment = worker.assignor.assigned_actives() if worker.assignor else set()
+def restore_progress(worker: Any) -> dict[str, Any]:
+    """Per active changelog partition: the offset restored so far and the target."""
     recovery = worker.tables.recovery
-    remaining = {str(tp): n for tp, n in recovery.active_remaining().items() if n > 0}
-    if worker.rebalancing or not assignment or remaining:
-        progress = {"remaining": remaining, "assigned": len(assignment)}
+    highwaters = recovery.active_highwaters
+    offsets = recovery.active_offsets
+    partitions = {}
+    for tp in sorted(recovery.active_tps):
+        target, done = highwaters.get(tp), offsets.get(tp)
+        remaining = None if target is None or done is None else max(0, target - done)
+        partitions[f"{tp.topic}:{tp.partition}"] = {
+            "offset": done,
+            "highwater": target,
+            "remaining": remaining,
+        }
+    stats = getattr(recovery, "stats", None)
+    return {
+        "partitions": partitions,
+        "remaining_total": sum(p["remaining"] or 0 for p in partitions.values()),
+        "rebalancing": bool(worker.rebalancing),
+        "restore": stats.as_dict() if stats is not None else None,
+    }
+
+
+@router.get(
+    "/ready",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "recovering or not yet assigned"}},
+)
+async def ready(worker: Worker) -> JSONResponse:
+    """200 once the worker holds an assignment and its active partitions are recovered;
+    else 503 with each active partition's restore progress."""
+    try:
+        assignment = worker.assignor.assigned_actives()
+    except Exception:  # no assignment before the first rebalance
+        assignment = set()
+    progress = restore_progress(worker)
+    if worker.rebalancing or not assignment or progress["remaining_total"]:
         return JSONResponse(
-            {"status": "recovering", "progress": progress},
+            {"status": "recovering", "assigned": len(assignment), "progress": progress},
             status_code=503,
             headers={"Retry-After": "1"},
         )
-    return JSONResponse({"status": "ready", "assigned": len(assignment)})
+    return JSONResponse({"status": "ready", "assigned": len(assignment), "progress": progress})

@@ -1,0 +1,62 @@
+"""Dependencies of the routes: the worker, its query services, the bearer token."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from api.errors import Unauthorized
+from api.peers import FORWARDED_HEADER
+from api.queries import Queries
+from api.routing import QueryTable
+from api.scans import Scans
+
+
+def get_worker(request: Request) -> Any:
+    return request.app.state.worker
+
+
+def get_queries(request: Request) -> Queries:
+    queries: Queries = request.app.state.queries
+    return queries
+
+
+def get_scans(request: Request) -> Scans:
+    scans: Scans = request.app.state.scans
+    return scans
+
+
+def get_table(table: str, queries: Annotated[Queries, Depends(get_queries)]) -> QueryTable:
+    return queries.table(table)
+
+
+def forwarded_by(request: Request) -> str | None:
+    """The sender's URL when a peer forwarded this request (kept out of the OpenAPI)."""
+    return request.headers.get(FORWARDED_HEADER)
+
+
+_bearer = HTTPBearer(auto_error=False, description="STREAMSTATE_API_TOKEN, when it is set")
+
+
+def require_token(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """401 unless the request carries ``Authorization: Bearer <STREAMSTATE_API_TOKEN>``."""
+    expected: str | None = request.app.state.worker.settings.api_token
+    if not expected:
+        return
+    if credentials is None:
+        raise Unauthorized("missing bearer token")
+    if not hmac.compare_digest(credentials.credentials.encode(), expected.encode()):
+        raise Unauthorized("invalid bearer token")
+
+
+Worker = Annotated[Any, Depends(get_worker)]
+QueriesDep = Annotated[Queries, Depends(get_queries)]
+ScansDep = Annotated[Scans, Depends(get_scans)]
+Table = Annotated[QueryTable, Depends(get_table)]
+ForwardedBy = Annotated[str | None, Depends(forwarded_by)]

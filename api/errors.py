@@ -1,0 +1,56 @@
+"""The query layer's errors, and the handlers that turn them into HTTP answers."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+
+class QueryError(Exception):
+    """An error with its HTTP status; ``detail`` is what the client reads."""
+
+    status = 500
+
+    def __init__(self, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.headers = headers or {}
+
+
+class BadRequest(QueryError):
+    status = 400
+
+
+class Unauthorized(QueryError):
+    status = 401
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, {"WWW-Authenticate": "Bearer"})
+
+
+class NotFound(QueryError):
+    status = 404
+
+
+class NotHeldHere(QueryError):
+    """A forwarded read reached a worker with no copy of the partition (421 Misdirected)."""
+
+    status = 421
+
+
+class NoReplica(QueryError):
+    """No copy of a partition could answer: the owner and every standby failed."""
+
+    status = 503
+
+    def __init__(self, detail: str, retry_after: int = 1) -> None:
+        super().__init__(detail, {"Retry-After": str(retry_after)})
+
+
+async def _handle(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, QueryError)
+    return JSONResponse({"detail": error.detail}, error.status, headers=error.headers)
+
+
+def register_handlers(api: FastAPI) -> None:
+    api.add_exception_handler(QueryError, _handle)

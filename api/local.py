@@ -1,0 +1,161 @@
+"""Reads of the partitions this worker holds, one partition database at a time.
+
+A plain faust table read outside a stream searches every open partition database,
+standbys included, so it can answer a key of another partition with stale data. Here a
+read names its partition, opens only a partition this worker is assigned (active or
+standby), and says which kind of copy answered and how far behind its changelog it is:
+``highwater - 1 - persisted_offset`` (the last offset written to RocksDB).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+from faust.types import TP
+
+from api.routing import QueryTable
+
+Replica = Literal["active", "standby"]
+
+
+@dataclass(frozen=True)
+class Window:
+    """One tumbling window of a key: ``[start, end)`` in epoch milliseconds."""
+
+    start: int
+    end: int
+    value: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "value": self.value}
+
+
+@dataclass(frozen=True)
+class LocalCopy:
+    """An open partition database of this worker and what kind of copy it is."""
+
+    table: QueryTable
+    partition: int
+    replica: Replica
+    offset_lag: int | None
+    db: Any
+
+    def get(self, key: bytes) -> Any | None:
+        raw = self.db.get(key)
+        return None if raw is None else self.table.store._decode_value(raw)
+
+    def windows(self, key: str) -> list[Window]:
+        """Every retained window of ``key``, oldest first."""
+        prefix = b"[" + self.table.store._encode_key(key) + b","
+        found = [window for name, window in self._windowed_items(prefix) if name == key]
+        return sorted(found, key=_start)
+
+    def scan(self, prefix: bytes, after: bytes | None, limit: int) -> tuple[list[Any], bool]:
+        """Up to ``limit`` (key, value) pairs after ``after`` whose key starts with
+        ``prefix``, in key order, and whether more follow."""
+        if self.table.kind == "windowed":
+            return self._scan_windowed(prefix, after, limit)
+        start = prefix if after is None or after < prefix else after
+        items: list[Any] = []
+        for raw_key, raw_value in self.db.items(from_key=start):
+            if not raw_key.startswith(prefix):
+                break
+            if raw_key == self.table.store.offset_key or raw_key == after:
+                continue
+            if len(items) == limit:
+                return items, True
+            items.append((raw_key, self.table.store._decode_value(raw_value)))
+        return items, False
+
+    def _scan_windowed(
+        self, prefix: bytes, after: bytes | None, limit: int
+    ) -> tuple[list[Any], bool]:
+        # JSON keys sort differently from raw keys once escapes appear: collect, then sort.
+        quoted = self.table.store._encode_key(prefix.decode("utf-8"))[:-1]
+        grouped: dict[bytes, list[Window]] = {}
+        for name, window in self._windowed_items(b"[" + quoted):
+            raw = name.encode("utf-8")
+            if raw.startswith(prefix) and (after is None or raw > after):
+                grouped.setdefault(raw, []).append(window)
+        keys = sorted(grouped)
+        items = [(k, [w.as_dict() for w in sorted(grouped[k], key=_start)]) for k in keys[:limit]]
+        return items, len(keys) > limit
+
+    def _windowed_items(self, seek: bytes) -> Iterator[tuple[str, Window]]:
+        window_ms = self.table.window_ms or 0
+        for raw_key, raw_value in self.db.items(from_key=seek):
+            if not raw_key.startswith(seek):
+                break
+            try:
+                name, (start, _end) = orjson.loads(raw_key)
+            except (orjson.JSONDecodeError, TypeError, ValueError):
+                continue
+            start_ms = round(float(start) * 1000)
+            value = self.table.store._decode_value(raw_value)
+            yield str(name), Window(start_ms, start_ms + window_ms, value)
+
+
+def _start(window: Window) -> int:
+    return window.start
+
+
+class LocalState:
+    """The partition databases of one worker."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+
+    def copy(self, table: QueryTable, partition: int) -> LocalCopy | None:
+        """This worker's copy of a partition, or None when it holds none."""
+        tp = TP(table.topic, partition)
+        assignor = self.worker.assignor
+        try:
+            active = tp in assignor.assigned_actives()
+            standby = not active and tp in assignor.assigned_standbys()
+        except Exception:  # no assignment yet
+            return None
+        if not (active or standby):
+            return None
+        store = table.store
+        try:
+            db = store._dbs.get(partition) or store._db_for_partition(partition)
+        except Exception:  # still locked by a revoked handle during a rebalance
+            return None
+        if active and not self._restoring(tp):
+            # The active copy is written before its changelog: nothing is newer.
+            return LocalCopy(table, partition, "active", 0, db)
+        return LocalCopy(table, partition, "standby", self.lag(table, tp), db)
+
+    def lag(self, table: QueryTable, tp: TP) -> int | None:
+        """Changelog records not yet in this copy; None while the highwater is unknown."""
+        highwater = self._highwater(tp)
+        if highwater is None:
+            return None
+        persisted = table.store.persisted_offset(tp)
+        last = -1 if persisted is None else int(persisted)
+        return max(0, highwater - 1 - last)
+
+    def _restoring(self, tp: TP) -> bool:
+        recovery = self.worker.tables.recovery
+        if tp not in recovery.active_tps:
+            return False
+        if not (self.worker.rebalancing or recovery.in_recovery):
+            return False
+        return int(recovery.active_remaining().get(tp, 1)) > 0
+
+    def _highwater(self, tp: TP) -> int | None:
+        try:
+            value = self.worker.consumer.highwater(tp)
+        except Exception:  # not fetched by this consumer (yet)
+            value = None
+        if value is None or value < 0:
+            recovery = self.worker.tables.recovery
+            value = recovery.active_highwaters.get(tp)
+            if value is None:
+                value = recovery.standby_highwaters.get(tp)
+            # faust stores the last offset (highwater - 1) in these counters
+            return None if value is None else int(value) + 1
+        return int(value)

@@ -1,0 +1,97 @@
+"""Calls to the other workers of the group: one pooled aiohttp client, short timeouts.
+
+Every call carries the marker header :data:`FORWARDED_HEADER` (a worker that receives it
+answers from its own copies only, so a read is forwarded at most once) and the API token
+when one is set. Callers pass only URLs taken from the group's assignment metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+import orjson
+from yarl import URL
+
+from app.metrics import FORWARDS
+
+logger = logging.getLogger(__name__)
+
+#: Marks a request sent by a worker; its value is the sender's canonical URL.
+FORWARDED_HEADER = "X-Streamstate-Forwarded"
+
+
+def quote_segment(segment: str) -> str:
+    """Percent-encode one path segment; dots too, so ``.`` and ``..`` survive as keys."""
+    return quote(segment, safe="").replace(".", "%2E")
+
+
+@dataclass(frozen=True)
+class PeerAnswer:
+    """What a peer answered: status, decoded JSON body and its headers."""
+
+    url: str
+    status: int
+    body: Any
+    headers: dict[str, str]
+
+
+class Peers:
+    """The HTTP client a worker uses to reach its peers."""
+
+    def __init__(self, own_url: str, token: str | None, timeout: float) -> None:
+        self.own_url = own_url
+        self.token = token
+        self.timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=128, limit_per_host=32, keepalive_timeout=30, ttl_dns_cache=60
+                ),
+                timeout=aiohttp.ClientTimeout(
+                    total=self.timeout, sock_connect=min(0.5, self.timeout)
+                ),
+                headers=self._headers(),
+            )
+        return self._session
+
+    def _headers(self) -> dict[str, str]:
+        headers = {FORWARDED_HEADER: self.own_url, "Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+    async def get(
+        self, base: str, path: str, params: dict[str, Any], *, purpose: str
+    ) -> PeerAnswer | None:
+        """GET ``base + path`` (``path`` already percent-encoded); None when the peer
+        cannot be reached or does not answer in time."""
+        query = urlencode({k: v for k, v in params.items() if v is not None})
+        target = URL(f"{base}{path}" + (f"?{query}" if query else ""), encoded=True)
+        try:
+            async with self._client().get(target, allow_redirects=False) as response:
+                raw = await response.read()
+                headers = dict(response.headers)
+                status = response.status
+        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+            outcome = "timeout" if isinstance(error, TimeoutError) else "unreachable"
+            FORWARDS.labels(purpose=purpose, outcome=outcome).inc()
+            logger.debug("peer %s %s: %s", base, outcome, error)
+            return None
+        try:
+            body = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            body = None
+        FORWARDS.labels(purpose=purpose, outcome=str(status)).inc()
+        return PeerAnswer(base, status, body, headers)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

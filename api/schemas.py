@@ -1,0 +1,110 @@
+"""Response models of the HTTP API (they document /openapi.json and /docs)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Replica = Literal["active", "standby", "global"]
+
+
+class ErrorDetail(BaseModel):
+    detail: str
+
+
+class TableDescription(BaseModel):
+    name: str
+    kind: Literal["table", "windowed", "global"]
+    partitions: int
+    changelog_topic: str = Field(description="For products, the compacted source topic.")
+    standby_replicas: int
+
+
+class TableList(BaseModel):
+    tables: list[TableDescription]
+
+
+class Served(BaseModel):
+    table: str
+    key: str
+    partition: int
+    served_by: str = Field(description="Canonical URL of the worker whose copy answered.")
+    replica: Replica
+    offset_lag: int | None = Field(
+        description="Changelog records the answering copy has not applied (None: unknown)."
+    )
+
+
+class WindowSpan(BaseModel):
+    start: int = Field(description="Window start, epoch ms (inclusive).")
+    end: int = Field(description="Window end, epoch ms (exclusive).")
+
+
+class KeyValue(Served):
+    value: Any
+    window: WindowSpan | None = Field(
+        None, description="For a windowed table: the window that holds `at`."
+    )
+
+
+class WindowValue(WindowSpan):
+    value: Any
+
+
+class KeyWindows(Served):
+    windows: list[WindowValue]
+
+
+class ScanItem(BaseModel):
+    key: str
+    value: Any
+
+
+class ScanPartitions(BaseModel):
+    served: list[int] = Field(description="Answered by the active copy.")
+    stale: list[int] = Field(description="Answered only by a standby copy.")
+    missing: list[int] = Field(description="Answered by no copy: their keys are absent.")
+
+
+class ScanPage(BaseModel):
+    items: list[ScanItem]
+    next_cursor: str | None
+    partitions: ScanPartitions
+
+
+class HostAssignment(BaseModel):
+    url: str
+    active: dict[str, list[int]]
+    standby: dict[str, list[int]]
+    reachable: bool = Field(True, description="False when the host did not report its standbys.")
+
+
+class GroupMetadata(BaseModel):
+    hosts: list[HostAssignment]
+
+
+class KeyMetadata(BaseModel):
+    table: str
+    key: str
+    partition: int
+    active: str | None
+    standbys: list[str]
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "recovering"]
+    assigned: int
+    progress: dict[str, Any] | None = None
+
+
+class PartitionScan(BaseModel):
+    partition: int
+    replica: Replica
+    offset_lag: int | None
+    items: list[ScanItem]
+    more: bool
+
+
+class LocalScan(BaseModel):
+    partitions: list[PartitionScan]
