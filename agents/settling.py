@@ -27,9 +27,17 @@ from tables.restore import TrackedRecovery
 
 #: A payment settles a sale when it is at most this long after the sale (inclusive).
 SETTLE_WINDOW_MS = 10 * 60 * 1000
-#: Payments never precede their sale; a record behind its topic's event time meets only
-#: the partners whose window that event time has not yet passed (the contract's rule).
-SETTLE_WINDOW = JoinWindow(before_ms=0, after_ms=SETTLE_WINDOW_MS, grace_ms=0)
+#: Payments have no grace: once payments' event time has passed a sale's window, the sale
+#: is decided, as the contract says, and a payment arriving later settles nothing. Sales
+#: have the window's length: a sale up to 10 minutes behind its topic's event time still
+#: finds every payment of its window, so payments are kept until item-events' event time
+#: has passed the end of every window they could fall in.
+SETTLE_WINDOW = JoinWindow(
+    before_ms=0,
+    after_ms=SETTLE_WINDOW_MS,
+    left_grace_ms=SETTLE_WINDOW_MS,
+    right_grace_ms=0,
+)
 JOIN_NAME = "settling"
 
 

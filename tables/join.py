@@ -4,24 +4,26 @@ faust has no joins, so this is one in the manner of Kafka Streams' KStream-KStre
 join: a left record ``l`` and a right record ``r`` with equal join keys match when
 ``r.ts`` lies in ``[l.ts - before, l.ts + after]``. Every matching pair is emitted once;
 a left record that matched nothing is emitted on its own (the left join) once event time
-on *both* inputs' partitions has passed ``l.ts + after + grace``.
+on *both* inputs' partitions has passed its window, right event time by its grace too.
 
 Event time is kept per input partition: the largest ``ts`` seen on that side. The result
 must not depend on how the consumption of the two topics interleaves, so whether a pair
-matches may depend only on what each side saw before it, never on the other side's
-progress at the moment the records meet. Each buffered record remembers its own side's
-event time when it arrived (its *watermark*), and a pair matches only when neither record
-arrived after its own side had passed the other's window:
+matches may depend only on what each topic partition delivered before each record, never
+on the other side's progress at the moment the two meet. Each buffered record remembers
+its own side's event time when it arrived (its *watermark*), and a pair matches only when
+neither record arrived after its own side had passed the other's window by more than that
+side's grace:
 
-* ``r`` is too late for ``l`` when ``r.watermark - grace > l.ts + after``;
-* ``l`` is too late for ``r`` when ``l.watermark - grace > r.ts + before``.
+* ``r`` is too late for ``l`` when ``r.watermark - right_grace > l.ts + after``;
+* ``l`` is too late for ``r`` when ``l.watermark - left_grace > r.ts + before``.
 
-Both facts are fixed by each topic partition's order alone. Records are kept exactly as
-long as a partner that could still match may arrive (a left one until the right side has
-passed its window, a right one until the left side has passed its window), so whichever
-record of a matching pair comes second finds the first still buffered, in any
-interleaving. Buffered records and both watermarks live in changelogged RocksDB tables of
-the event's partition; the expired ones are deleted, with tombstones, as event time moves.
+Records are kept exactly as long as a partner that could still match may arrive: a left
+record until right event time has passed ``l.ts + after + right_grace`` (and left event
+time ``l.ts + after``), a right record until left event time has passed
+``r.ts + before + left_grace``. So whichever record of a matching pair comes second finds
+the first still buffered, in any interleaving, and an unmatched left record is final when
+it leaves. Buffered records and both watermarks live in changelogged RocksDB tables of the
+event's partition; expired records are deleted, with tombstones, as event time moves.
 """
 
 from __future__ import annotations
@@ -47,36 +49,42 @@ _TS = struct.Struct(">Q")
 class JoinWindow:
     """Right records match left records with ``r.ts`` in ``[l.ts - before, l.ts + after]``.
 
-    ``grace_ms`` is how far a record may arrive behind its side's event time and still
-    meet partners whose window it belongs to; it delays every expiry by as much.
+    A side's grace is how far behind that side's event time one of its records may arrive
+    and still meet every partner; the other side's records are kept that much longer.
     """
 
     before_ms: int
     after_ms: int
-    grace_ms: int = 0
+    left_grace_ms: int = 0
+    right_grace_ms: int = 0
 
     def __post_init__(self) -> None:
-        if min(self.before_ms, self.after_ms, self.grace_ms) < 0:
-            raise ValueError(f"window bounds must not be negative: {self}")
+        bounds = (self.before_ms, self.after_ms, self.left_grace_ms, self.right_grace_ms)
+        if min(bounds) < 0:
+            raise ValueError(f"window bounds and graces must not be negative: {self}")
 
     def contains(self, left_ts: int, right_ts: int) -> bool:
         """Whether a right record at ``right_ts`` lies in the window of a left one."""
         return left_ts - self.before_ms <= right_ts <= left_ts + self.after_ms
 
-    def left_passed(self, left_ts: int, watermark: int | None) -> bool:
-        """Whether event time ``watermark`` has passed the window (and grace) of a left record."""
-        return watermark is not None and watermark - self.grace_ms > left_ts + self.after_ms
+    def left_passed(self, left_ts: int, left_time: int | None) -> bool:
+        """Whether left event time has passed the window of a left record."""
+        return left_time is not None and left_time > left_ts + self.after_ms
 
-    def right_passed(self, right_ts: int, watermark: int | None) -> bool:
-        """Whether event time ``watermark`` has passed the window (and grace) of a right record."""
-        return watermark is not None and watermark - self.grace_ms > right_ts + self.before_ms
+    def left_closed(self, left_ts: int, right_time: int | None) -> bool:
+        """Whether right event time rules out any further partner of a left record."""
+        return right_time is not None and right_time - self.right_grace_ms > left_ts + self.after_ms
+
+    def right_closed(self, right_ts: int, left_time: int | None) -> bool:
+        """Whether left event time rules out any further partner of a right record."""
+        return left_time is not None and left_time - self.left_grace_ms > right_ts + self.before_ms
 
     def matches(self, left: Buffered, right: Buffered) -> bool:
         """Whether two records with equal join keys form a pair, in any interleaving."""
         return (
             self.contains(left.ts, right.ts)
-            and not self.left_passed(left.ts, right.watermark)
-            and not self.right_passed(right.ts, left.watermark)
+            and not self.left_closed(left.ts, right.watermark)
+            and not self.right_closed(right.ts, left.watermark)
         )
 
 
@@ -242,9 +250,9 @@ class PartitionJoin:
         """Whether no partner can still match a record of ``side`` at ``ts``, and (for a
         left record) event time on both sides has passed its window."""
         if side == RIGHT:
-            return self.window.right_passed(ts, marks[LEFT])
-        return self.window.left_passed(ts, marks[LEFT]) and self.window.left_passed(
-            ts, marks[RIGHT]
+            return self.window.right_closed(ts, marks[LEFT])
+        return self.window.left_closed(ts, marks[RIGHT]) and self.window.left_passed(
+            ts, marks[LEFT]
         )
 
     def _expire(self, marks: dict[Side, int | None], result: JoinResult) -> None:

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rocksdict import Options, Rdict
 
+from agents.settling import SETTLE_WINDOW
 from tables.join import LEFT, RIGHT, JoinWindow, PartitionJoin, Side
 
 MIN = 60_000
@@ -117,14 +118,24 @@ def test_window_holds_payments_from_the_sale_to_ten_minutes_after() -> None:
 def test_window_bounds_must_not_be_negative() -> None:
     with pytest.raises(ValueError, match="negative"):
         JoinWindow(before_ms=-1, after_ms=0)
+    with pytest.raises(ValueError, match="negative"):
+        JoinWindow(before_ms=0, after_ms=0, left_grace_ms=-1)
 
 
 def test_event_time_passes_a_window_only_strictly_after_its_end() -> None:
     assert not WINDOW.left_passed(0, None)
     assert not WINDOW.left_passed(0, 10 * MIN)
     assert WINDOW.left_passed(0, 10 * MIN + 1)
-    assert JoinWindow(0, 10 * MIN, grace_ms=MIN).left_passed(0, 11 * MIN + 1)
-    assert not JoinWindow(0, 10 * MIN, grace_ms=MIN).left_passed(0, 11 * MIN)
+    assert not WINDOW.left_closed(0, 10 * MIN)
+    assert WINDOW.left_closed(0, 10 * MIN + 1)
+
+
+def test_each_sides_grace_delays_the_closing_of_the_other_sides_records() -> None:
+    window = JoinWindow(0, 10 * MIN, left_grace_ms=MIN, right_grace_ms=2 * MIN)
+    assert not window.left_closed(0, 12 * MIN)
+    assert window.left_closed(0, 12 * MIN + 1)
+    assert not window.right_closed(0, MIN)
+    assert window.right_closed(0, MIN + 1)
 
 
 # -- matching ------------------------------------------------------------------------
@@ -225,10 +236,27 @@ def test_payment_behind_its_topics_event_time_still_meets_open_sales(tmp_path: P
     assert first.pairs == second.pairs == Counter({("e1", "p1"): 1})
 
 
-def test_grace_lets_a_disordered_payment_settle(tmp_path: Path) -> None:
-    window = JoinWindow(before_ms=0, after_ms=10 * MIN, grace_ms=2 * MIN)
+def test_right_grace_lets_a_disordered_payment_settle(tmp_path: Path) -> None:
+    window = JoinWindow(before_ms=0, after_ms=10 * MIN, right_grace_ms=2 * MIN)
     sales = [sale(0, 0, "e1")]
     payments = [payment(0, 11 * MIN, "x", "p0"), payment(1, 5 * MIN, "e1", "p1")]
+    first = run(open_join(tmp_path / "a", window), sales + payments)
+    second = run(open_join(tmp_path / "b", window), payments + sales)
+    assert first.pairs == second.pairs == Counter({("e1", "p1"): 1})
+
+
+def test_sale_behind_its_topics_event_time_misses_expired_payments(tmp_path: Path) -> None:
+    sales = [sale(0, 2 * MIN, "e2"), sale(1, 0, "e1")]
+    payments = [payment(0, MIN, "e1", "p1")]
+    first = run(open_join(tmp_path / "a"), sales + payments)
+    second = run(open_join(tmp_path / "b"), payments + sales)
+    assert first.pairs == second.pairs == Counter()
+
+
+def test_left_grace_lets_a_disordered_sale_meet_its_payment(tmp_path: Path) -> None:
+    window = JoinWindow(before_ms=0, after_ms=10 * MIN, left_grace_ms=10 * MIN)
+    sales = [sale(0, 9 * MIN, "e2"), sale(1, 0, "e1")]
+    payments = [payment(0, MIN, "e1", "p1")]
     first = run(open_join(tmp_path / "a", window), sales + payments)
     second = run(open_join(tmp_path / "b", window), payments + sales)
     assert first.pairs == second.pairs == Counter({("e1", "p1"): 1})
@@ -313,9 +341,13 @@ def generate(rng: random.Random, sales_n: int, disorder_ms: int) -> tuple[list[R
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), sales_n=st.integers(0, 25))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    sales_n=st.integers(0, 25),
+    window=st.sampled_from([WINDOW, SETTLE_WINDOW]),
+)
 def test_in_order_topics_give_the_contract_result_in_any_interleaving(
-    seed: int, sales_n: int
+    seed: int, sales_n: int, window: JoinWindow
 ) -> None:
     rng = random.Random(seed)
     left, right = generate(rng, sales_n, disorder_ms=0)
@@ -325,22 +357,24 @@ def test_in_order_topics_give_the_contract_result_in_any_interleaving(
     orders = [left + right, right + left, interleave(left, right, rng)]
     with tempfile.TemporaryDirectory() as tmp:
         for i, records in enumerate(orders):
-            assert run(open_join(Path(tmp) / str(i)), records) == expected
+            assert run(open_join(Path(tmp) / str(i), window), records) == expected
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
     sales_n=st.integers(0, 25),
     disorder=st.sampled_from([MIN, 5 * MIN, 30 * MIN]),
-    grace=st.sampled_from([0, 2 * MIN]),
+    left_grace=st.sampled_from([0, 2 * MIN, 10 * MIN]),
+    right_grace=st.sampled_from([0, 2 * MIN]),
+    before=st.sampled_from([0, 3 * MIN]),
 )
 def test_disordered_topics_give_one_result_in_any_interleaving(
-    seed: int, sales_n: int, disorder: int, grace: int
+    seed: int, sales_n: int, disorder: int, left_grace: int, right_grace: int, before: int
 ) -> None:
     rng = random.Random(seed)
     left, right = generate(rng, sales_n, disorder_ms=disorder)
-    window = JoinWindow(before_ms=0, after_ms=10 * MIN, grace_ms=grace)
+    window = JoinWindow(before, 10 * MIN, left_grace_ms=left_grace, right_grace_ms=right_grace)
     orders = [left + right, right + left, interleave(left, right, rng)]
     with tempfile.TemporaryDirectory() as tmp:
         outcomes = [run(open_join(Path(tmp) / str(i), window), o) for i, o in enumerate(orders)]
