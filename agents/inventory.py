@@ -63,6 +63,10 @@ def register(
                     "ts": item.ts,
                     "event_id": item.event_id,
                 }
-                await sales_by_category.send(key=category.encode("utf-8"), value=sale)
+                # The record timestamp is the sale's event time: the windowed table
+                # assigns windows from it.
+                await sales_by_category.send(
+                    key=category.encode("utf-8"), value=sale, timestamp=item.ts / 1000.0
+                )
 
     return sales_by_category

@@ -27,7 +27,9 @@ SALES_BY_CATEGORY = "sales_by_category"
 UNSETTLED_SALES = "unsettled_sales"
 PRODUCTS = "products"
 
-#: sales_by_category windows, in seconds (faust windows count in seconds).
+#: sales_by_category windows, in seconds (faust windows count in seconds). The windows
+#: follow event time: the sales repartition topic carries each sale's ``ts`` as its
+#: record timestamp, and the table is relative to the stream.
 SALES_WINDOW_S = 3600.0
 
 
@@ -59,11 +61,6 @@ class Tables:
             ),
             UNSETTLED_SALES: TableInfo(UNSETTLED_SALES, "table", self.unsettled_sales, True),
         }
-
-
-def sale_time(event: Any) -> float:
-    """Event time of a record on the sales repartition topic, in seconds."""
-    return float(event.value["ts"]) / 1000.0
 
 
 def _counting(app: faust.App, name: str) -> Any:
@@ -101,7 +98,7 @@ def declare_tables(app: faust.App, settings: Settings) -> Tables:
     sales = sales_table.tumbling(
         timedelta(seconds=SALES_WINDOW_S),
         expires=timedelta(days=settings.window_retention_days),
-    ).relative_to(sale_time)
+    ).relative_to_stream()
     unsettled = app.Table(
         UNSETTLED_SALES,
         key_type=bytes,

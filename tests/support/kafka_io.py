@@ -33,21 +33,34 @@ def encode(value: Any) -> bytes | None:
     return orjson.dumps(value)
 
 
-async def _produce(bootstrap: str, topic: str, records: Iterable[tuple[Any, Any]]) -> None:
+async def _produce(
+    bootstrap: str, topic: str, records: Iterable[tuple[Any, ...]], timestamp_ms: int | None
+) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await producer.start()
     try:
         futures = [
-            await producer.send(topic, encode(value), key=encode(key)) for key, value in records
+            await producer.send(
+                topic, encode(record[1]), key=encode(record[0]), timestamp_ms=timestamp_ms
+            )
+            for record in records
         ]
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
 
 
-def produce(bootstrap: str, topic: str, records: Iterable[tuple[Any, Any]]) -> None:
-    """Send (key, value) pairs; str and bytes go as they are, anything else as JSON."""
-    asyncio.run(_produce(bootstrap, topic, list(records)))
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[Any, Any]],
+    timestamp_ms: int | None = None,
+) -> None:
+    """Send (key, value) pairs; str and bytes go as they are, anything else as JSON.
+
+    ``timestamp_ms`` sets the records' Kafka timestamp (default: now).
+    """
+    asyncio.run(_produce(bootstrap, topic, list(records), timestamp_ms))
 
 
 async def _create(bootstrap: str, topics: dict[str, int], config: dict[str, str]) -> None:
@@ -107,6 +120,25 @@ async def _read(bootstrap: str, topic: str, wait_s: float) -> list[Record]:
 def read_topic(bootstrap: str, topic: str, timeout: float = 10.0) -> list[Record]:
     """Every committed record of a topic, up to its end offsets now."""
     return asyncio.run(_read(bootstrap, topic, timeout))
+
+
+async def _list_topics(bootstrap: str) -> list[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return sorted(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
+def changelog_records(bootstrap: str) -> int:
+    """How many committed records all the app's changelog topics hold."""
+    topics = [
+        t
+        for t in asyncio.run(_list_topics(bootstrap))
+        if t.startswith("streamstate-") and t.endswith("-changelog")
+    ]
+    return sum(len(read_topic(bootstrap, topic)) for topic in topics)
 
 
 def changelog_state(bootstrap: str, table: str) -> dict[bytes, Any]:

@@ -1,0 +1,295 @@
+"""The streaming core against a real Kafka and real worker processes.
+
+The expected tables are computed here from the produced events, independently of the
+workers, and compared with the latest values in the changelog topics.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.support.kafka import LocalKafka, local_kafka
+from tests.support.kafka_io import (
+    changelog_records,
+    changelog_state,
+    produce,
+    read_topic,
+    wait_for,
+)
+from tests.support.workers import Worker
+
+pytestmark = pytest.mark.integration
+
+HOUR_MS = 3_600_000
+PRODUCTS = [
+    {"sku": "DAI-1", "name": "milk", "category": "dairy"},
+    {"sku": "BAK-1", "name": "baguette", "category": "bakery"},
+    {"sku": "DRI-1", "name": "green tea", "category": "drinks"},
+]
+LINES = [
+    "The quick brown fox jumps over the lazy dog",
+    "L'état du magasin change à chaque vente",
+    "Die Straße vor dem Laden",
+    "ΣΟΦΙΑ counts words in Greek too",
+    "don't panic: user_42 restocked 12 items at 09:30",
+]
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[LocalKafka]:
+    with local_kafka("streaming") as cluster:
+        yield cluster
+
+
+def item_events(count: int, seed: int, stores: int = 6) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    now = int(time.time() * 1000)
+    events = []
+    for n in range(count):
+        kind = rng.choice(["sale", "sale", "sale", "restock", "adjust"])
+        sku = rng.choice([p["sku"] for p in PRODUCTS] + ["NOPE-9"])
+        event: dict[str, Any] = {
+            "event_id": f"{seed}-{n}",
+            "store_id": f"store-{rng.randrange(stores):02d}",
+            "sku": sku,
+            "kind": kind,
+            "quantity": rng.randint(1, 9) if kind != "adjust" else rng.choice([-2, -1, 1, 3]),
+            "ts": now - rng.randrange(2 * HOUR_MS),
+        }
+        if kind == "sale":
+            event["unit_price"] = rng.choice([0.5, 1.25, 2.0, 9.99])
+        events.append(event)
+    return events
+
+
+def expected_words(lines: list[str]) -> dict[bytes, int]:
+    counts: Counter[str] = Counter()
+    for line in lines:
+        counts.update(t for t in re.split(r"\W+", line.lower()) if t)
+    return {word.encode(): n for word, n in counts.items()}
+
+
+def expected_inventory(events: list[dict[str, Any]]) -> dict[bytes, dict[str, Any]]:
+    stores: dict[str, dict[str, Any]] = {}
+    for e in events:
+        store = stores.setdefault(e["store_id"], {"store_id": e["store_id"], "on_hand": {}})
+        delta = -e["quantity"] if e["kind"] == "sale" else e["quantity"]
+        store["on_hand"][e["sku"]] = store["on_hand"].get(e["sku"], 0) + delta
+        store["updated_at"] = max(store.get("updated_at", 0), e["ts"])
+    return {k.encode(): v for k, v in stores.items()}
+
+
+def expected_sales(events: list[dict[str, Any]]) -> dict[tuple[str, float], dict[str, Any]]:
+    categories = {p["sku"]: p["category"] for p in PRODUCTS}
+    sales: dict[tuple[str, float], dict[str, Any]] = {}
+    for e in events:
+        if e["kind"] != "sale":
+            continue
+        start = (e["ts"] - e["ts"] % HOUR_MS) / 1000
+        key = (categories.get(e["sku"], "unknown"), start)
+        total = sales.setdefault(key, {"units": 0, "revenue": 0.0})
+        total["units"] += e["quantity"]
+        total["revenue"] += e["quantity"] * e["unit_price"]
+    return sales
+
+
+def sales_state(kafka: LocalKafka) -> dict[tuple[str, float], dict[str, Any]]:
+    state = {}
+    for key, value in changelog_state(kafka.bootstrap, "sales_by_category").items():
+        category, (start, _end) = orjson.loads(key)
+        state[(category, float(start))] = value
+    return state
+
+
+def assert_sales_equal(actual: dict[Any, Any], expected: dict[Any, Any]) -> None:
+    assert actual.keys() == expected.keys()
+    for key, value in expected.items():
+        assert actual[key]["units"] == value["units"], key
+        assert actual[key]["revenue"] == pytest.approx(value["revenue"]), key
+
+
+def reset_topics(kafka: LocalKafka) -> None:
+    """Each test starts from a fresh cluster: the module shares one broker process."""
+    kafka.down()
+    import shutil
+
+    shutil.rmtree(kafka.directory, ignore_errors=True)
+    kafka.up()
+
+
+def produce_workload(kafka: LocalKafka, events: list[dict[str, Any]], lines: list[str]) -> None:
+    # A sale is enriched with the product version whose record timestamp precedes the
+    # sale's event time: the catalogue is dated before the oldest generated sale.
+    catalogue_time = int(time.time() * 1000) - 3 * HOUR_MS
+    produce(kafka.bootstrap, "products", [(p["sku"], p) for p in PRODUCTS], catalogue_time)
+    produce(kafka.bootstrap, "text-lines", [(None, line) for line in lines])
+    produce(kafka.bootstrap, "item-events", [(e["store_id"], e) for e in events])
+
+
+def restore_lines(worker: Worker) -> list[tuple[int, int]]:
+    """(restore number, records read) of each restore the worker logged."""
+    found = re.findall(r"restore (\d+) done: (\d+) changelog records", worker.log_text())
+    return [(int(n), int(records)) for n, records in found]
+
+
+def no_agent_crashed(worker: Worker) -> None:
+    text = worker.log_text()
+    assert "Crashed reason" not in text
+    assert "Restarting dead" not in text
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_tables_equal_the_events_under_each_guarantee(
+    kafka: LocalKafka, tmp_path: Path, guarantee: str
+) -> None:
+    reset_topics(kafka)
+    events = item_events(300, seed=7)
+    lines = LINES * 20
+    worker = Worker(kafka, tmp_path / "w", extra_env={"PROCESSING_GUARANTEE": guarantee}).start()
+    try:
+        worker.wait_ready()
+        produce_workload(kafka, events, lines)
+        want_words = expected_words(lines)
+        wait_for(lambda: changelog_state(kafka.bootstrap, "word_counts") == want_words, 90)
+        want_inventory = expected_inventory(events)
+        wait_for(lambda: changelog_state(kafka.bootstrap, "inventory") == want_inventory, 90)
+        want_sales = expected_sales(events)
+        wait_for(lambda: sales_state(kafka).keys() == want_sales.keys(), 90)
+        wait_for(lambda: _sales_close(sales_state(kafka), want_sales), 30)
+        assert_sales_equal(sales_state(kafka), want_sales)
+        no_agent_crashed(worker)
+    finally:
+        worker.stop()
+
+
+def _sales_close(actual: dict[Any, Any], expected: dict[Any, Any]) -> bool:
+    return all(actual.get(k, {}).get("units") == v["units"] for k, v in expected.items())
+
+
+def test_bad_input_goes_to_the_dead_letter_topics_and_changes_no_table(
+    kafka: LocalKafka, tmp_path: Path
+) -> None:
+    reset_topics(kafka)
+    good = item_events(20, seed=11, stores=2)
+    base = dict(good[0])
+    bad_items: list[tuple[bytes | None, bytes, str]] = [
+        (b"store-00", b"{broken json", "Invalid JSON"),
+        (b"store-00", orjson.dumps({**base, "quantity": "3"}), "quantity"),
+        (b"store-00", orjson.dumps({k: v for k, v in base.items() if k != "sku"}), "sku"),
+        (b"store-00", orjson.dumps({**base, "kind": "sale", "quantity": -4}), "quantity must be"),
+        (b"store-00", b"\xff\xfe\x00garbage", "not UTF-8"),
+        (b"store-00", orjson.dumps({**base, "event_id": "x" * 70_000}), "exceeds the limit"),
+        (b"store-99", orjson.dumps({**base, "store_id": "store-00"}), "does not match store_id"),
+    ]
+    bad_lines = [b"\xc3\x28 broken utf-8", b"y" * 70_000]
+    bad_products = [(b"DAI-1", b'{"sku": "DAI-1"}'), (b"OTHER", orjson.dumps(PRODUCTS[1]))]
+    worker = Worker(kafka, tmp_path / "w").start()
+    try:
+        worker.wait_ready()
+        produce_workload(kafka, good, ["ok line"])
+        produce(kafka.bootstrap, "item-events", [(k, v) for k, v, _ in bad_items])
+        produce(kafka.bootstrap, "text-lines", [(None, v) for v in bad_lines])
+        produce(kafka.bootstrap, "products", bad_products)
+        produce(kafka.bootstrap, "text-lines", [(None, "last line")])
+
+        dead = wait_for(lambda: _full(read_topic(kafka.bootstrap, "item-events-dlq"), 7), 60)
+        by_value = {record.value: record for record in dead}
+        for key, value, reason in bad_items:
+            record = by_value[value]
+            assert record.key == key
+            assert reason in record.headers["error"].decode()
+            assert record.headers["source-topic"] == b"item-events"
+            source = read_topic(kafka.bootstrap, "item-events")
+            original = next(r for r in source if r.value == value)
+            assert record.headers["source-partition"] == str(original.partition).encode()
+            assert record.headers["source-offset"] == str(original.offset).encode()
+        dead_lines = wait_for(lambda: _full(read_topic(kafka.bootstrap, "text-lines-dlq"), 2), 60)
+        assert sorted(r.value for r in dead_lines) == sorted(bad_lines)
+        dead_products = wait_for(lambda: _full(read_topic(kafka.bootstrap, "products-dlq"), 2))
+        assert {r.key for r in dead_products} == {b"DAI-1", b"OTHER"}
+
+        want_words = expected_words(["ok line", "last line"])
+        wait_for(lambda: changelog_state(kafka.bootstrap, "word_counts") == want_words, 60)
+        assert changelog_state(kafka.bootstrap, "inventory") == expected_inventory(good)
+        no_agent_crashed(worker)
+    finally:
+        worker.stop()
+
+
+def _full(records: list[Any], count: int) -> list[Any] | None:
+    return records if len(records) >= count else None
+
+
+def test_restore_reads_the_whole_changelog_when_empty_and_only_the_tail_when_intact(
+    kafka: LocalKafka, tmp_path: Path
+) -> None:
+    reset_topics(kafka)
+    first = item_events(150, seed=3)
+    a = Worker(kafka, tmp_path / "a").start()
+    try:
+        a.wait_ready()
+        produce_workload(kafka, first, LINES)
+        wait_for(
+            lambda: changelog_state(kafka.bootstrap, "inventory") == expected_inventory(first), 90
+        )
+    finally:
+        a.stop()
+    records_before = changelog_records(kafka.bootstrap)
+
+    b = Worker(kafka, tmp_path / "b").start()  # empty data dir: everything from the changelog
+    try:
+        b.wait_ready()
+        restores = restore_lines(b)
+        assert restores, b.log_tail()
+        assert sum(records for _, records in restores) == records_before
+        second = item_events(40, seed=4)
+        produce(kafka.bootstrap, "item-events", [(e["store_id"], e) for e in second])
+        want = expected_inventory(first + second)
+        wait_for(lambda: changelog_state(kafka.bootstrap, "inventory") == want, 90)
+    finally:
+        b.stop()
+    written_by_b = changelog_records(kafka.bootstrap) - records_before
+
+    a.start()  # intact data dir: only what b wrote since a stopped
+    try:
+        a.wait_ready()
+        restores = restore_lines(a)
+        assert len(restores) >= 2, a.log_tail()
+        assert 0 < restores[-1][1] <= written_by_b
+        assert restores[-1][1] < records_before
+        no_agent_crashed(a)
+    finally:
+        a.stop()
+
+
+def test_three_workers_share_the_work_and_every_one_enriches_from_the_catalogue(
+    kafka: LocalKafka, tmp_path: Path
+) -> None:
+    reset_topics(kafka)
+    events = item_events(240, seed=21, stores=12)
+    workers = [Worker(kafka, tmp_path / f"w{n}").start() for n in range(3)]
+    try:
+        for worker in workers:
+            worker.wait_ready(timeout=180)
+        produce_workload(kafka, events, LINES * 4)
+        want_sales = expected_sales(events)
+        wait_for(lambda: sales_state(kafka).keys() == want_sales.keys(), 120)
+        wait_for(lambda: _sales_close(sales_state(kafka), want_sales), 60)
+        assert_sales_equal(sales_state(kafka), want_sales)
+        want_inventory = expected_inventory(events)
+        wait_for(lambda: changelog_state(kafka.bootstrap, "inventory") == want_inventory, 60)
+        for worker in workers:
+            assert "catalog: caught up" in worker.log_text()
+            no_agent_crashed(worker)
+    finally:
+        for worker in workers:
+            worker.stop()
