@@ -139,12 +139,9 @@ class LocalState:
         return max(0, highwater - 1 - last)
 
     def _restoring(self, tp: TP) -> bool:
-        recovery = self.worker.tables.recovery
-        if tp not in recovery.active_tps:
-            return False
-        if not (self.worker.rebalancing or recovery.in_recovery):
-            return False
-        return int(recovery.active_remaining().get(tp, 1)) > 0
+        # While the group rebalances and restores, an active copy may have just been
+        # assigned here and not be restored yet: it answers as a standby, with its lag.
+        return bool(self.worker.rebalancing)
 
     def _highwater(self, tp: TP) -> int | None:
         try:
@@ -153,9 +150,10 @@ class LocalState:
             value = None
         if value is None or value < 0:
             recovery = self.worker.tables.recovery
-            value = recovery.active_highwaters.get(tp)
-            if value is None:
+            if tp in recovery.active_tps:
+                value = recovery.active_highwaters.get(tp)
+            elif tp in recovery.standby_tps:
                 value = recovery.standby_highwaters.get(tp)
-            # faust stores the last offset (highwater - 1) in these counters
+            # faust's recovery keeps the last offset (highwater - 1) in these counters
             return None if value is None else int(value) + 1
         return int(value)

@@ -8,6 +8,7 @@ or refused with 421, never forwarded again.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,8 @@ from api.errors import BadRequest, NoReplica, NotFound, NotHeldHere
 from api.local import LocalCopy, LocalState, Window
 from api.peers import PeerAnswer, Peers, quote_segment
 from api.routing import QueryTable, Routing, partition_for, query_tables
+
+logger = logging.getLogger(__name__)
 
 #: Longest accepted key, in UTF-8 bytes.
 MAX_KEY_BYTES = 1024
@@ -169,21 +172,36 @@ class Queries:
                 )
             return self._answer(query, copy)
         owner = self.routing.owner(query.table, query.partition)
+        candidates: list[PeerAnswer | None] = []
         if owner is not None and owner != self.routing.own_url:
             answer = await self.peers.get(owner, query.path, query.params, purpose="owner")
             if answer is not None and relayable(answer):
-                return Answer(answer.status, answer.body)
+                if answer.status not in (200, 404) or answer.body.get("replica") == "active":
+                    return Answer(answer.status, answer.body)
+                candidates.append(answer)  # the owner is restoring: maybe behind a standby
         if copy is not None:
-            return self._answer(query, copy)
-        return await self._from_peers(query, owner)
+            local = self._answer(query, copy)
+            if copy.offset_lag == 0:
+                return local
+            candidates.append(PeerAnswer(self.routing.own_url, local.status, local.body, {}))
+        return await self._from_peers(query, owner, candidates)
 
-    async def _from_peers(self, query: KeyQuery, owner: str | None) -> Answer:
+    async def _from_peers(
+        self, query: KeyQuery, owner: str | None, candidates: list[PeerAnswer | None]
+    ) -> Answer:
         peers = [url for url in self.routing.peers() if url != owner]
         answers = await asyncio.gather(
             *(self.peers.get(url, query.path, query.params, purpose="standby") for url in peers)
         )
-        best = best_answer(list(answers))
+        best = best_answer(candidates + list(answers))
         if best is None:
+            logger.warning(
+                "no copy of %s[%d] answered: owner %s, peers %s",
+                query.table.name,
+                query.partition,
+                owner,
+                [(url, a.status if a else None) for url, a in zip(peers, answers, strict=True)],
+            )
             raise NoReplica(
                 f"no copy of {query.table.name} partition {query.partition} answered "
                 f"(owner {owner or 'unassigned'}); the group may be rebalancing"

@@ -1,0 +1,406 @@
+"""Interactive queries against three real workers: routing, standbys, scans, metadata,
+the token, a fuzzed OpenAPI, and a kill -9 of one worker."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+
+from api.routing import partition_for
+from app.semantics import tokenize
+from tests.support.kafka import LocalKafka, local_kafka
+from tests.support.kafka_io import changelog_state, produce, wait_for
+from tests.support.workers import Worker
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+FORWARDED = "X-Streamstate-Forwarded"
+WORDS_TOPIC = "streamstate-word_counts-changelog"
+LINES = [
+    "the quick brown fox jumps over the lazy dog",
+    "Über café naïve straße the end",
+    "a b c d e f g h i j k l m n o p q r s t u v w x y z the",
+    "one two three four five six seven eight nine ten",
+]
+CATEGORIES = ["dairy", "bakery", "café"]
+STORES = [f"store-{i:02d}" for i in range(12)]
+
+
+def call(url: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
+    """GET with the token: (status, decoded JSON or text, headers)."""
+    request = urllib.request.Request(url + path, headers={**AUTH, **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            body, status, found = answer.read(), answer.status, answer.headers
+    except urllib.error.HTTPError as error:
+        body, status, found = error.read(), error.code, error.headers
+    try:
+        return status, json.loads(body), found
+    except ValueError:
+        return status, body.decode("utf-8", "replace"), found
+
+
+def quoted(key: str) -> str:
+    return urllib.parse.quote(key, safe="")
+
+
+@dataclass
+class Cluster:
+    kafka: LocalKafka
+    workers: list[Worker]
+    now: int
+    words: dict[str, int]
+    inventory: dict[str, Any]
+    sales: dict[str, Any]
+
+    def live(self) -> list[Worker]:
+        return [w for w in self.workers if w.alive()]
+
+
+def expected_words() -> dict[str, int]:
+    return dict(Counter(token for line in LINES for token in tokenize(line)))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with local_kafka("queries", port=41092) as kafka:
+        base: Path = tmp_path_factory.mktemp("queries")
+        env = {"STREAMSTATE_API_TOKEN": TOKEN}
+        workers = [Worker(kafka, base / f"w{i}", extra_env=env).start() for i in range(3)]
+        try:
+            for worker in workers:
+                worker.wait_ready(180)
+            yield load(kafka, workers)
+        finally:
+            for worker in workers:
+                worker.stop()
+
+
+def load(kafka: LocalKafka, workers: list[Worker]) -> Cluster:
+    products = [
+        (f"sku-{i}", {"sku": f"sku-{i}", "name": f"item {i}", "category": CATEGORIES[i % 3]})
+        for i in range(6)
+    ]
+    produce(kafka.bootstrap, "products", products)
+    time.sleep(1.0)  # sales are enriched as of event time: products come first
+    now = int(time.time() * 1000)
+    produce(kafka.bootstrap, "text-lines", [(None, line) for line in LINES])
+    events = []
+    for i, store in enumerate(STORES):
+        sku = f"sku-{i % 6}"
+        events.append((store, restock(f"r{i}", store, sku, 10, now)))
+        events.append((store, sale(f"s{i}", store, sku, 1 + i % 3, now)))
+    produce(kafka.bootstrap, "item-events", events)
+    words = expected_words()
+    wait_for(lambda: changelog_state(kafka.bootstrap, "word_counts") == _raw(words), 90)
+    wait_for(lambda: len(changelog_state(kafka.bootstrap, "inventory")) == len(STORES), 90)
+    inventory = {k.decode(): v for k, v in changelog_state(kafka.bootstrap, "inventory").items()}
+    sales = wait_for(lambda: _sales(kafka), 90)
+    return Cluster(kafka, workers, now, words, inventory, sales)
+
+
+def _raw(words: dict[str, int]) -> dict[bytes, int]:
+    return {w.encode(): n for w, n in words.items()}
+
+
+def _sales(kafka: LocalKafka) -> dict[str, Any] | None:
+    state = changelog_state(kafka.bootstrap, "sales_by_category")
+    by_category = {json.loads(k)[0]: v for k, v in state.items()}
+    units = sum(v["units"] for v in by_category.values())
+    wanted = sum(1 + i % 3 for i in range(len(STORES)))
+    return by_category if units == wanted and set(by_category) == set(CATEGORIES) else None
+
+
+def restock(event_id: str, store: str, sku: str, quantity: int, ts: int) -> dict[str, Any]:
+    return {"event_id": event_id, "store_id": store, "sku": sku, "kind": "restock",
+            "quantity": quantity, "ts": ts}  # fmt: skip
+
+
+def sale(event_id: str, store: str, sku: str, quantity: int, ts: int) -> dict[str, Any]:
+    return {"event_id": event_id, "store_id": store, "sku": sku, "kind": "sale",
+            "quantity": quantity, "unit_price": 2.5, "ts": ts}  # fmt: skip
+
+
+def owners(url: str, topic: str) -> dict[int, str]:
+    _, body, _ = call(url, "/metadata")
+    return {p: h["url"] for h in body["hosts"] for p in h["active"].get(topic, [])}
+
+
+def standbys(url: str, topic: str) -> dict[int, list[str]]:
+    _, body, _ = call(url, "/metadata")
+    found: dict[int, list[str]] = {}
+    for host in body["hosts"]:
+        for p in host["standby"].get(topic, []):
+            found.setdefault(p, []).append(host["url"])
+    return found
+
+
+def test_every_key_reads_right_through_every_worker(cluster: Cluster) -> None:
+    active = owners(cluster.workers[0].url, WORDS_TOPIC)
+    assert sorted(active) == list(range(8))
+    for worker in cluster.workers:
+        for word, count in cluster.words.items():
+            status, body, headers = call(worker.url, f"/tables/word_counts/keys/{quoted(word)}")
+            assert status == 200, body
+            assert body["value"] == count
+            assert body["replica"] == "active"
+            assert body["served_by"] == active[body["partition"]] == headers["X-Served-By"]
+            assert headers["X-Replica"] == "active"
+        for store, value in cluster.inventory.items():
+            status, body, _ = call(worker.url, f"/tables/inventory/keys/{store}")
+            assert (status, body["value"]) == (200, value)
+
+
+def test_windowed_reads_answer_the_window_at_and_between(cluster: Cluster) -> None:
+    hour = 3_600_000
+    start = cluster.now - cluster.now % hour
+    for worker in cluster.workers:
+        for category, value in cluster.sales.items():
+            path = f"/tables/sales_by_category/keys/{quoted(category)}?at={cluster.now}"
+            status, body, _ = call(worker.url, path)
+            assert status == 200, body
+            assert body["value"] == value
+            assert body["window"] == {"start": start, "end": start + hour}
+            span = f"?from={start - 5 * hour}&to={start + 5 * hour}"
+            status, body, _ = call(
+                worker.url, f"/tables/sales_by_category/keys/{quoted(category)}{span}"
+            )
+            assert status == 200, body
+            assert body["windows"] == [{"start": start, "end": start + hour, "value": value}]
+    status, body, _ = call(
+        cluster.workers[0].url, f"/tables/sales_by_category/keys/dairy?at={start - 1}"
+    )
+    assert status == 404
+
+
+def test_products_are_answered_by_every_worker_as_global(cluster: Cluster) -> None:
+    for worker in cluster.workers:
+        status, body, headers = call(worker.url, "/tables/products/keys/sku-2")
+        assert status == 200
+        assert body["value"]["category"] == "café"
+        assert body["replica"] == headers["X-Replica"] == "global"
+        assert body["served_by"] == worker.url
+
+
+def test_absent_keys_unknown_tables_and_bad_parameters_are_4xx(cluster: Cluster) -> None:
+    url = cluster.workers[1].url
+    assert call(url, "/tables/word_counts/keys/no-such-word-here")[0] == 404
+    assert call(url, "/tables/nope/keys/x")[0] == 404
+    assert call(url, "/tables/nope/keys")[0] == 404
+    assert call(url, "/tables/word_counts/keys/the?at=5")[0] == 400
+    assert call(url, "/tables/sales_by_category/keys/dairy?from=5")[0] == 400
+    assert call(url, "/tables/sales_by_category/keys/dairy?from=9&to=5")[0] == 400
+    assert call(url, "/tables/sales_by_category/keys/dairy?at=-1")[0] == 422
+    assert call(url, "/tables/word_counts/keys?cursor=garbage")[0] == 400
+    assert call(url, "/tables/word_counts/keys?limit=0")[0] == 422
+    assert call(url, "/tables/word_counts/keys/" + "x" * 2000)[0] == 422
+
+
+def scan_all(url: str, table: str, limit: int, prefix: str = "") -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        query = {"limit": limit, "prefix": prefix, **({"cursor": cursor} if cursor else {})}
+        status, page, _ = call(url, f"/tables/{table}/keys?{urllib.parse.urlencode(query)}")
+        assert status == 200, page
+        assert page["partitions"]["missing"] == []
+        items.extend(page["items"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return items
+
+
+def test_scans_return_every_key_exactly_once_across_pages(cluster: Cluster) -> None:
+    by_bytes = sorted(cluster.words, key=lambda w: w.encode())
+    for worker in cluster.workers:
+        items = scan_all(worker.url, "word_counts", limit=7)
+        assert [i["key"] for i in items] == by_bytes
+        assert {i["key"]: i["value"] for i in items} == cluster.words
+    items = scan_all(cluster.workers[2].url, "inventory", limit=5, prefix="store-0")
+    assert [i["key"] for i in items] == [s for s in STORES if s.startswith("store-0")]
+    items = scan_all(cluster.workers[2].url, "sales_by_category", limit=1)
+    assert sorted(i["key"] for i in items) == sorted(CATEGORIES)
+    assert len(scan_all(cluster.workers[1].url, "products", limit=4)) == 6
+
+
+def test_metadata_places_each_partition_once_active_and_once_standby(cluster: Cluster) -> None:
+    url = cluster.workers[1].url
+    active = owners(url, WORDS_TOPIC)
+    backup = standbys(url, WORDS_TOPIC)
+    assert sorted(active) == sorted(backup) == list(range(8))
+    for p in range(8):
+        assert len(backup[p]) == 1
+        assert backup[p][0] != active[p]
+    partition = partition_for(b"the", 8)
+    status, body, _ = call(url, "/metadata/tables/word_counts/keys/the")
+    assert status == 200
+    assert body == {"table": "word_counts", "key": "the", "partition": partition,
+                    "active": active[partition], "standbys": backup[partition]}  # fmt: skip
+    status, body, _ = call(url, "/tables")
+    names = {t["name"]: t for t in body["tables"]}
+    assert names["sales_by_category"]["kind"] == "windowed"
+    assert names["products"]["kind"] == "global"
+    assert names["word_counts"]["changelog_topic"] == WORDS_TOPIC
+
+
+def test_token_is_required_on_tables_and_metadata(cluster: Cluster) -> None:
+    url = cluster.workers[0].url
+    for path in ("/tables", "/tables/word_counts/keys/the", "/metadata", "/tables/x/keys"):
+        request = urllib.request.Request(url + path)
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(request, timeout=5)
+        assert missing.value.code == 401
+        status, _, _ = call(url, path, {"Authorization": "Bearer wrong"})
+        assert status == 401
+    with urllib.request.urlopen(url + "/health", timeout=5) as answer:
+        assert answer.status == 200
+
+
+def test_a_forwarded_read_is_never_forwarded_again(cluster: Cluster) -> None:
+    url = cluster.workers[0].url
+    partition = partition_for(b"the", 8)
+    active = owners(url, WORDS_TOPIC)[partition]
+    holders = {active, *standbys(url, WORDS_TOPIC)[partition]}
+    stranger = next(w for w in cluster.workers if w.url not in holders)
+    marker = {FORWARDED: "http://127.0.0.1:1"}
+    status, body, _ = call(stranger.url, "/tables/word_counts/keys/the", marker)
+    assert status == 421, body
+    status, body, _ = call(active, "/tables/word_counts/keys/the", marker)
+    assert (status, body["replica"]) == (200, "active")
+
+
+def test_reads_never_go_to_a_host_named_by_the_request(cluster: Cluster) -> None:
+    with socket.socket() as trap:
+        trap.bind(("127.0.0.1", 0))
+        trap.listen()
+        trap.settimeout(0.2)
+        port = trap.getsockname()[1]
+        foreign = f"127.0.0.1:{port}"
+        hits: list[Any] = []
+        stop = threading.Event()
+
+        def accept() -> None:
+            while not stop.is_set():
+                try:
+                    hits.append(trap.accept())
+                except OSError:
+                    continue
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        members = {w.url for w in cluster.workers}
+        for worker in cluster.workers:
+            status, body, _ = call(
+                worker.url,
+                f"/tables/word_counts/keys/the?host={foreign}",
+                {"Host": foreign, "X-Forwarded-Host": foreign, "Forwarded": f"host={foreign}"},
+            )
+            assert status == 200, body
+            assert body["served_by"] in members
+        stop.set()
+        thread.join(2)
+        assert hits == []
+
+
+def test_metrics_are_exposed_in_prometheus_format(cluster: Cluster) -> None:
+    with urllib.request.urlopen(cluster.workers[0].url + "/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    for name in (
+        "streamstate_events_processed_total",
+        "streamstate_consumer_lag",
+        "streamstate_restore_remaining_records",
+        "streamstate_restores_total",
+        "streamstate_query_latency_seconds_bucket",
+        "streamstate_forwards_total",
+        "streamstate_dlq_records_total",
+    ):
+        assert name in text, name
+
+
+def test_fuzzed_requests_never_get_a_server_error(cluster: Cluster) -> None:
+    schema = schemathesis.openapi.from_url(cluster.workers[2].url + "/openapi.json")
+    failures: list[str] = []
+    for result in schema.get_all_operations():
+        operation = result.ok()
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+        def no_server_error(case: Any) -> None:
+            response = case.call(headers=AUTH, timeout=10)
+            if response.status_code >= 500:
+                failures.append(f"{case.method} {case.formatted_path} {case.query}: "
+                                f"{response.status_code} {response.text[:200]}")  # fmt: skip
+
+        no_server_error()
+    assert failures == []
+
+
+def committed(url: str) -> bool:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as answer:
+        lines = answer.read().decode().splitlines()
+    lags = [line for line in lines if line.startswith("streamstate_consumer_lag{")]
+    return bool(lags) and all(line.endswith(" 0.0") for line in lags)
+
+
+def test_kill9_reads_fall_back_to_standbys_then_move_to_the_new_active(cluster: Cluster) -> None:
+    front, victim = cluster.workers[0], cluster.workers[1]
+    active = owners(front.url, WORDS_TOPIC)
+    backup = standbys(front.url, WORDS_TOPIC)
+    words = {
+        w: n for w, n in cluster.words.items() if active[partition_for(w.encode(), 8)] == victim.url
+    }
+    assert words, "the victim owns no word"
+
+    def standbys_fresh() -> bool:
+        for word, count in words.items():
+            holder = backup[partition_for(word.encode(), 8)][0]
+            status, body, _ = call(holder, f"/tables/word_counts/keys/{quoted(word)}",
+                                   {FORWARDED: front.url})  # fmt: skip
+            if status != 200 or body["value"] != count or body["offset_lag"] != 0:
+                return False
+        return True
+
+    wait_for(standbys_fresh, 30)
+    # At-least-once: records whose offsets are not committed are processed again by the
+    # new owner. With every offset committed, a correct read after failover equals now.
+    wait_for(lambda: all(committed(w.url) for w in cluster.workers), 60)
+    victim.kill9()
+    killed = time.monotonic()
+    replicas: Counter[str] = Counter()
+    recovered_after: float | None = None
+    while time.monotonic() - killed < 90:
+        round_replicas = set()
+        for survivor in cluster.live():
+            for word, count in words.items():
+                status, body, _ = call(survivor.url, f"/tables/word_counts/keys/{quoted(word)}")
+                assert status == 200, body
+                assert body["value"] == count
+                assert body["served_by"] != victim.url
+                replicas[body["replica"]] += 1
+                round_replicas.add(body["replica"])
+        if round_replicas == {"active"}:
+            recovered_after = time.monotonic() - killed
+            break
+        time.sleep(0.2)
+    assert recovered_after is not None, replicas
+    assert replicas["standby"] > 0
+    print(f"failover: standby reads until the new active after {recovered_after:.1f} s; {replicas}")
+    for survivor in cluster.live():
+        items = scan_all(survivor.url, "word_counts", limit=50)
+        assert {i["key"]: i["value"] for i in items} == cluster.words
