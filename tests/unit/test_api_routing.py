@@ -1,0 +1,116 @@
+"""The query layer's pure logic: partitions, cursors, answer ranking, windows, merging."""
+
+from __future__ import annotations
+
+import pytest
+from aiokafka.partitioner import DefaultPartitioner
+
+from api.errors import BadRequest
+from api.local import Window
+from api.peers import PeerAnswer, quote_segment
+from api.queries import best_answer, encode_key, relayable, window_at, windows_between
+from api.routes.internal import parse_partitions
+from api.routing import normalize_url, partition_for
+from api.scans import PartitionPage, better, decode_cursor, encode_cursor, merge
+
+HOUR = 3_600_000
+
+
+@pytest.mark.parametrize("key", [b"the", b"store-001", "café".encode(), b"x" * 300])
+def test_partition_is_the_producers_murmur2(key: bytes) -> None:
+    partitions = list(range(8))
+    assert partition_for(key, 8) == DefaultPartitioner()(key, partitions, partitions)
+
+
+def test_keys_are_validated_as_utf8_bytes() -> None:
+    assert encode_key("café") == "café".encode()
+    with pytest.raises(BadRequest, match="empty"):
+        encode_key("")
+    with pytest.raises(BadRequest, match="UTF-8"):
+        encode_key("\udcff")
+    with pytest.raises(BadRequest, match="exceeds"):
+        encode_key("é" * 600)
+
+
+def test_cursor_round_trips_and_refuses_another_scan() -> None:
+    cursor = encode_cursor("word_counts", "th", "the")
+    assert decode_cursor(cursor, "word_counts", "th") == "the"
+    with pytest.raises(BadRequest):
+        decode_cursor(cursor, "inventory", "th")
+    with pytest.raises(BadRequest):
+        decode_cursor(cursor, "word_counts", "")
+    for garbage in ("garbage", "", "!!!", "eyJ0IjoxfQ"):
+        with pytest.raises(BadRequest):
+            decode_cursor(garbage, "word_counts", "th")
+
+
+def answer(status: int, replica: str, lag: int | None, url: str = "u") -> PeerAnswer:
+    return PeerAnswer(url, status, {"replica": replica, "offset_lag": lag}, {})
+
+
+def test_best_answer_prefers_active_then_least_lag_then_found() -> None:
+    behind, fresh = answer(200, "standby", 4, "a"), answer(404, "standby", 0, "b")
+    assert best_answer([behind, fresh]) is fresh
+    active = answer(200, "active", 0, "c")
+    assert best_answer([fresh, active]) is active
+    found = answer(200, "standby", 0, "b")
+    assert best_answer([answer(404, "standby", 0, "a"), found]) is found
+    assert best_answer([answer(200, "standby", None, "a"), behind]) is behind
+
+
+def test_answers_without_a_copy_are_not_usable() -> None:
+    refused = PeerAnswer("a", 421, {"detail": "no copy"}, {})
+    failed = PeerAnswer("b", 503, {"detail": "x"}, {})
+    assert best_answer([None, refused, failed]) is None
+    assert not relayable(refused)
+    assert not relayable(failed)
+    assert relayable(answer(404, "active", 0))
+
+
+def test_windows_are_half_open_intervals() -> None:
+    windows = [Window(0, HOUR, 1), Window(HOUR, 2 * HOUR, 2), Window(5 * HOUR, 6 * HOUR, 3)]
+    assert window_at(windows, HOUR - 1) == windows[0]
+    assert window_at(windows, HOUR) == windows[1]
+    assert window_at(windows, 3 * HOUR) is None
+    assert windows_between(windows, HOUR, 5 * HOUR) == windows[1:]
+    assert windows_between(windows, HOUR + 1, 5 * HOUR - 1) == [windows[1]]
+
+
+def test_merge_keeps_limit_keys_in_byte_order_and_reports_partitions() -> None:
+    pages = {
+        0: PartitionPage(0, "active", 0, [{"key": "b", "value": 1}, {"key": "é", "value": 2}]),
+        1: PartitionPage(1, "standby", 3, [{"key": "a", "value": 3}, {"key": "z", "value": 4}]),
+    }
+    page = merge("t", "", pages, 3, 3)
+    assert [i["key"] for i in page["items"]] == ["a", "b", "z"]
+    assert decode_cursor(page["next_cursor"], "t", "") == "z"
+    assert page["partitions"] == {"served": [0], "stale": [1], "missing": [2]}
+    assert merge("t", "", pages, 2, 4)["next_cursor"] is None
+
+
+def test_a_partition_with_more_keys_keeps_the_cursor() -> None:
+    pages = {0: PartitionPage(0, "active", 0, [{"key": "a", "value": 1}], more=True)}
+    assert merge("t", "", pages, 1, 5)["next_cursor"] is not None
+
+
+def test_better_page_prefers_active_then_least_lag() -> None:
+    standby = PartitionPage(0, "standby", 2)
+    assert better(standby, None)
+    assert better(PartitionPage(0, "active", 0), standby)
+    assert better(PartitionPage(0, "standby", 0), standby)
+    assert not better(PartitionPage(0, "standby", None), standby)
+
+
+def test_internal_partition_lists_are_checked() -> None:
+    assert parse_partitions("3,1,1", 8) == [1, 3]
+    with pytest.raises(BadRequest):
+        parse_partitions("1,x", 8)
+    with pytest.raises(BadRequest):
+        parse_partitions("8", 8)
+
+
+def test_path_segments_survive_slashes_and_dots() -> None:
+    assert quote_segment("a/b") == "a%2Fb"
+    assert quote_segment("..") == "%2E%2E"
+    assert quote_segment("café?") == "caf%C3%A9%3F"
+    assert normalize_url("http://h:1/") == "http://h:1"
