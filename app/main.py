@@ -13,7 +13,7 @@ from typing import Any
 import faust
 from mode import ServiceT
 
-from agents import inventory, products, sales, settling, words
+from agents import corrections, inventory, products, sales, settling, words
 from agents.dlq import DeadLetters
 from api import create_api
 from api.server import ApiServer, LegacyWebDisabled
@@ -133,6 +133,7 @@ def build_pipeline(app: StreamstateApp, settings: Settings) -> Pipeline:
     )
     sales.register(app, sales_feed, tables.sales_by_category)
     products.register(app, settings, sources[topics.PRODUCTS], dlq)
+    corrections.register(app, settings, tables)
     settling.register(app, settings, tables.unsettled_sales, dlq)
 
     async def flush_standby_buffers() -> None:

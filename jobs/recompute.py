@@ -1,0 +1,255 @@
+"""The nightly recompute: rebuild the tables from the retained source topics, reconcile them
+with the live tables and optionally repair the live ones.
+
+    python -m jobs.recompute --bootstrap 127.0.0.1:9092 --out DIR [--repair] [--master local[*]]
+
+Exit status: 0 when nothing differs, 3 when something differs, other non-zero on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+if __package__ in (None, ""):  # run as a file, e.g. by spark-submit
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jobs import compare, transforms
+from jobs import io as kio
+from jobs.cut import Cut, take_cut
+from jobs.session import build_session
+
+SOURCES = ("text-lines", "item-events", "products")
+EXIT_SAME, EXIT_DIFFERS, EXIT_ERROR = 0, 3, 1
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class Options:
+    """What one run does."""
+
+    bootstrap: str
+    out: Path
+    repair: bool = False
+    master: str | None = "local[*]"
+    app_id: str = "streamstate"
+    settle_s: float = 60.0
+    examples: int = 10
+    max_event_bytes: int = 64 * 1024
+    window_retention_ms: int = 7 * DAY_MS
+    shuffle_partitions: int | None = None
+
+
+class Progress:
+    """Timestamped progress lines on stderr."""
+
+    def __init__(self, stream: TextIO = sys.stderr) -> None:
+        self.started = time.monotonic()
+        self.stream = stream
+
+    def __call__(self, message: str) -> None:
+        elapsed = time.monotonic() - self.started
+        print(f"recompute [{elapsed:7.1f}s] {message}", file=self.stream, flush=True)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+def _take_cut(options: Options) -> Cut:
+    changelogs = [spec.changelog for spec in compare.specs(options.app_id).values()]
+    return asyncio.run(
+        asyncio.wait_for(
+            take_cut(
+                options.bootstrap, list(SOURCES), changelogs, options.app_id, options.settle_s
+            ),
+            timeout=options.settle_s + 120,
+        )
+    )
+
+
+def batch_views(spark: Any, options: Options, cut: Cut, say: Progress) -> dict[str, Any]:
+    """Recompute the three tables from the sources up to the cut; written as Parquet."""
+    read = {t: kio.read_range(spark, options.bootstrap, t, cut.sources.get(t, {})) for t in SOURCES}
+    limit = options.max_event_bytes
+    views: dict[str, Any] = {}
+    views["word_counts"] = kio.write_view(
+        transforms.word_counts(read["text-lines"], limit), options.out, "word_counts"
+    )
+    say(f"word_counts: {views['word_counts'].count()} words recomputed")
+    events = transforms.item_events(read["item-events"], limit).persist()
+    views["inventory"] = kio.write_view(transforms.inventory(events), options.out, "inventory")
+    say(f"inventory: {views['inventory'].count()} stores recomputed")
+    versions = transforms.product_versions(read["products"], limit)
+    sales = transforms.sales_by_category(transforms.enrich_sales(events, versions))
+    views["sales_by_category"] = kio.write_view(sales, options.out, "sales_by_category")
+    say(f"sales_by_category: {views['sales_by_category'].count()} windows recomputed")
+    events.unpersist()
+    return views
+
+
+def stream_views(spark: Any, options: Options, cut: Cut) -> dict[str, Any]:
+    """The live tables, from their changelogs up to the cut."""
+    specs = compare.specs(options.app_id)
+    readers = {
+        "word_counts": transforms.stream_word_counts,
+        "inventory": transforms.stream_inventory,
+        "sales_by_category": transforms.stream_sales_by_category,
+    }
+    return {
+        name: readers[name](
+            kio.read_range(
+                spark, options.bootstrap, spec.changelog, cut.changelogs.get(spec.changelog, {})
+            )
+        )
+        for name, spec in specs.items()
+    }
+
+
+def reconcile(spark: Any, options: Options, cut: Cut, say: Progress) -> dict[str, Any]:
+    """Build the report; publish corrections with ``--repair``."""
+    batch = batch_views(spark, options, cut, say)
+    stream = stream_views(spark, options, cut)
+    horizon = transforms.expired_horizon(cut.taken_at_ms, options.window_retention_ms)
+    batch["sales_by_category"] = transforms.live_windows(batch["sales_by_category"], horizon)
+    stream["sales_by_category"] = transforms.live_windows(stream["sales_by_category"], horizon)
+    tables: dict[str, Any] = {}
+    published = 0
+    for name, spec in compare.specs(options.app_id).items():
+        differences = compare.diff(spec, batch[name], stream[name]).persist()
+        tables[name] = compare.summarize(differences, options.examples)
+        say(f"{name}: compared {tables[name]['keys_compared']} keys")
+        if options.repair and _differs(tables[name]):
+            sent = kio.publish_corrections(
+                options.bootstrap, compare.corrections(spec, differences)
+            )
+            tables[name]["corrections_published"] = sent
+            published += sent
+            say(f"{name}: published {sent} corrections")
+        differences.unpersist()
+    return {
+        "cut": cut.as_json(),
+        "tables": tables,
+        "cut_taken_at_ms": cut.taken_at_ms,
+        "cut_settled": cut.settled,
+        "group_lag": cut.group_lag,
+        "log_start": {t: {str(p): o for p, o in v.items()} for t, v in cut.log_start.items()},
+        "sales_window_horizon_ms": horizon,
+        "corrections_published": published,
+    }
+
+
+def _differs(entry: dict[str, Any]) -> bool:
+    return any(entry[k] for k in compare.DIFFERENCES)
+
+
+def summary(report: dict[str, Any]) -> str:
+    """The human summary printed on stdout."""
+    cut = report["cut"]
+    lines = ["streamstate recompute: batch vs live tables at the offset cut"]
+    for topic in SOURCES:
+        offsets = cut.get(topic, {})
+        lines.append(f"  cut {topic}: {sum(offsets.values())} offsets in {len(offsets)} partitions")
+    if not report["cut_settled"]:
+        lines.append(
+            f"  WARNING: the workers had not caught up with the cut (lag {report['group_lag']});"
+            " differences may be records still in flight"
+        )
+    if report["log_start"]:
+        lines.append(f"  WARNING: retention removed early source records: {report['log_start']}")
+    header = ("table", "keys", "mismatched", "missing in stream", "missing in batch")
+    lines.append("  {:<20}{:>10}{:>12}{:>19}{:>18}".format(*header))
+    for name, entry in report["tables"].items():
+        lines.append(
+            f"  {name:<20}{entry['keys_compared']:>10}{entry['mismatched']:>12}"
+            f"{entry['missing_in_stream']:>19}{entry['missing_in_batch']:>18}"
+        )
+        for example in entry["examples"][:3]:
+            lines.append(
+                f"      {example['status']}: {example['key']!r} batch={example['batch']!r}"
+                f" stream={example['stream']!r}"
+            )
+    differs = any(_differs(e) for e in report["tables"].values())
+    if report["corrections_published"]:
+        lines.append(f"  repair: published {report['corrections_published']} corrections")
+    lines.append(
+        "  result: " + ("DIFFERENCES FOUND (exit 3)" if differs else "no differences (exit 0)")
+    )
+    return "\n".join(lines)
+
+
+def run(options: Options, spark: Any = None) -> int:
+    """One run; returns the exit status. ``spark`` reuses an existing session."""
+    say = Progress()
+    options.out.mkdir(parents=True, exist_ok=True)
+    say(f"taking the offset cut on {options.bootstrap} (settle up to {options.settle_s:.0f}s)")
+    cut = _take_cut(options)
+    say(f"cut taken ({'settled' if cut.settled else 'NOT settled, lag ' + str(cut.group_lag)})")
+    own_session = spark is None
+    if own_session:
+        spark = build_session(options.master, options.shuffle_partitions)
+    try:
+        report = reconcile(spark, options, cut, say)
+    finally:
+        if own_session:
+            spark.stop()
+    report["seconds"] = round(say.elapsed, 3)
+    path = kio.write_report(options.out, report)
+    print(summary(report), flush=True)
+    say(f"report written to {path}")
+    return EXIT_DIFFERS if any(_differs(e) for e in report["tables"].values()) else EXIT_SAME
+
+
+def parse_args(argv: list[str] | None = None) -> Options:
+    env = os.environ
+    parser = argparse.ArgumentParser(
+        prog="python -m jobs.recompute", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
+    parser.add_argument("--out", type=Path, required=True, help="report.json and Parquet views")
+    parser.add_argument("--repair", action="store_true", help="publish corrections for differences")
+    parser.add_argument("--master", default=None, help="Spark master (default local[*])")
+    parser.add_argument("--app-id", default="streamstate", help="the workers' app id and group")
+    parser.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for the workers to catch up",
+    )
+    parser.add_argument("--examples", type=int, default=10, help="examples per table in the report")
+    parser.add_argument("--shuffle-partitions", type=int, default=None)
+    args = parser.parse_args(argv)
+    # spark-submit (PYSPARK_GATEWAY_PORT set) chooses the master itself.
+    master = args.master or (None if "PYSPARK_GATEWAY_PORT" in env else "local[*]")
+    days = float(env.get("STREAMSTATE_WINDOW_RETENTION_DAYS", "7"))
+    return Options(
+        bootstrap=args.bootstrap,
+        out=args.out,
+        repair=args.repair,
+        master=master,
+        app_id=args.app_id,
+        settle_s=args.settle_timeout,
+        examples=args.examples,
+        max_event_bytes=int(env.get("STREAMSTATE_MAX_EVENT_BYTES", str(64 * 1024))),
+        window_retention_ms=int(days * DAY_MS),
+        shuffle_partitions=args.shuffle_partitions,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    try:
+        return run(options)
+    except Exception as error:  # the exit status must tell an error from a difference
+        print(f"recompute: failed: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
