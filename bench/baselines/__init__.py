@@ -1,0 +1,1 @@
+"""The baselines the project is measured against, in the same run."""

@@ -1,0 +1,56 @@
+"""The batch baseline: a bare Spark count of the source topics, with the batch job's own
+session (the same Kafka connector jars).
+
+    python -m bench.baselines.spark_scan --bootstrap 127.0.0.1:47092 \
+        --topics text-lines,item-events,products --master 'local[*]'
+
+Prints one JSON object: the records counted and the seconds of the count alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from typing import Any
+
+import orjson
+
+
+def session(master: str) -> Any:
+    """The batch job's SparkSession builder (``jobs.session``), so the jars are the same."""
+    jobs_session: Any = importlib.import_module("jobs.session")
+    return jobs_session.build_session(master)
+
+
+def count(spark: Any, bootstrap: str, topics: str) -> int:
+    frame = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topics)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .load()
+    )
+    return int(frame.count())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap", default="127.0.0.1:47092")
+    parser.add_argument("--topics", default="text-lines,item-events,products,payments")
+    parser.add_argument("--master", default="local[*]")
+    args = parser.parse_args()
+    spark = session(args.master)
+    try:
+        started = time.monotonic()
+        records = count(spark, args.bootstrap, args.topics)
+        seconds = time.monotonic() - started
+    finally:
+        spark.stop()
+    sys.stdout.write(orjson.dumps({"records": records, "count_s": seconds}).decode() + "\n")
+
+
+if __name__ == "__main__":
+    main()

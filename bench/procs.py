@@ -1,0 +1,137 @@
+"""Processes of a run: faust workers started with the contract's command line, stopped
+by process id, and the HTTP probes that wait for them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.config import PARTITIONS, ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, Any]:
+    """GET ``url``: (status, decoded JSON or text); status 0 when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            body, status = answer.read(), answer.status
+    except urllib.error.HTTPError as error:
+        body, status = error.read(), error.code
+    except (OSError, ValueError):
+        return 0, None
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body.decode("utf-8", "replace")
+
+
+@dataclass
+class Worker:
+    """One ``faust worker`` process: the project's (``app.main``) or a baseline's app."""
+
+    broker_url: str
+    datadir: Path
+    app: str = "app.main"
+    port: int = field(default_factory=free_port)
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.datadir.parent / f"{self.datadir.name}.log"
+
+    def start(self) -> Worker:
+        self.datadir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "BROKER_URL": self.broker_url,
+            "TOPIC_PARTITIONS": str(PARTITIONS),
+            "PYTHONUNBUFFERED": "1",
+            **self.env,
+        }
+        faust = str(Path(sys.executable).parent / "faust")
+        command = [faust, "--datadir", str(self.datadir), "-A", self.app, "worker", "-l", "info"]
+        command += ["--web-host", "127.0.0.1", "--web-port", str(self.port)]
+        with self.log_path.open("ab") as log:
+            self.started_at = time.monotonic()
+            self.process = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        return self
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def get(self, path: str, timeout: float = 5.0) -> tuple[int, Any]:
+        return http_get(self.url + path, timeout)
+
+    def wait_ready(self, timeout: float, interval: float = 0.1) -> float:
+        """Wait for ``/ready`` 200; return the seconds since the process started."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"worker {self.url} exited:\n{self.log_tail()}")
+            if self.get("/ready", timeout=2.0)[0] == 200:
+                return time.monotonic() - self.started_at
+            time.sleep(interval)
+        raise TimeoutError(f"{self.url}/ready not 200 after {timeout:.0f} s\n{self.log_tail()}")
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM by process id, SIGKILL if it does not stop in time."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self.process = None
+
+    def kill9(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self.process = None
+
+
+def run_module(module: str, args: list[str], timeout: float, log: Path) -> tuple[int, str, float]:
+    """Run ``python -m module args``; (exit status, stdout, wall seconds). stderr to ``log``."""
+    started = time.monotonic()
+    with log.open("ab") as err:
+        done = subprocess.run(
+            [sys.executable, "-m", module, *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            timeout=timeout,
+            check=False,
+        )
+    return done.returncode, done.stdout.decode("utf-8", "replace"), time.monotonic() - started

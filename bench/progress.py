@@ -1,0 +1,81 @@
+"""How far a consumer group has got through preloaded records, polled over time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bench.kafka import OffsetWatch
+
+
+@dataclass
+class Progress:
+    """Processed source records over time, as (seconds since the watch began, records)."""
+
+    total: int
+    series: list[tuple[float, float]] = field(default_factory=list)
+    finished: bool = False
+    elapsed_s: float = 0.0
+
+    @property
+    def done(self) -> float:
+        return self.series[-1][1] if self.series else 0.0
+
+
+def processed(
+    committed: dict[str, int], ends: dict[str, int], source: str, downstream: list[str]
+) -> float:
+    """Source records whose work is complete, estimated from committed offsets.
+
+    A source record is only half done when its repartition records still wait in a
+    downstream topic; the committed share of each downstream topic scales the count.
+    """
+    done = float(committed.get(source, 0))
+    for topic in downstream:
+        end = ends.get(topic, 0)
+        if end > 0:
+            done *= min(1.0, committed.get(topic, 0) / end)
+    return done
+
+
+async def watch_group(
+    bootstrap: str,
+    group: str,
+    source: str,
+    downstream: list[str],
+    total: int,
+    max_s: float,
+    interval: float = 0.5,
+    alive: Callable[[], bool] = lambda: True,
+    startup_s: float = 180.0,
+) -> Progress:
+    """Poll the group's committed offsets until all ``total`` records are processed or
+    ``max_s`` seconds passed since the group first committed progress (which may take
+    up to ``startup_s``)."""
+    progress = Progress(total)
+    started = time.monotonic()
+    first_progress: float | None = None
+    async with OffsetWatch(bootstrap, group) as watch:
+        while True:
+            committed = await watch.committed()
+            ends = await watch.ends(downstream)
+            now = time.monotonic()
+            done = processed(committed, ends, source, downstream)
+            progress.series.append((now - started, done))
+            if done > 0 and first_progress is None:
+                first_progress = now
+            settled = all(committed.get(t, 0) >= ends.get(t, 0) for t in downstream)
+            if committed.get(source, 0) >= total and settled:
+                progress.finished = True
+                break
+            if first_progress is not None and now - first_progress > max_s:
+                break
+            if first_progress is None and now - started > startup_s:
+                break
+            if not alive():
+                raise RuntimeError(f"the {group} worker exited during the run")
+            await asyncio.sleep(interval)
+    progress.elapsed_s = time.monotonic() - started
+    return progress

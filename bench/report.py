@@ -1,0 +1,172 @@
+"""summary.json, summary.md and the plots of a run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+#: The sections and keys of summary.json, in order (the issue's schema).
+SCHEMA: dict[str, tuple[str, ...]] = {
+    "wordcount": ("events_per_s", "baseline_faust_events_per_s", "ceiling_aiokafka_events_per_s"),
+    "inventory": ("events_per_s",),
+    "iq": ("local_rps", "local_p99_ms", "routed_rps", "routed_p99_ms"),
+    "restore": ("records_per_s", "restart_ready_s", "keys"),
+    "failover": ("seconds_to_active", "failed_reads"),
+    "batch": ("recompute_s", "scan_s", "events"),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the summary table: a figure, and what it is held against."""
+
+    section: str
+    key: str
+    label: str
+    unit: str
+    #: The figure this one is divided by (same section), or None to divide by ``target``.
+    base: str | None = None
+    target: float | None = None
+    #: ">=": the ratio (or value) must reach the target; "<=": must not exceed it.
+    direction: str = ">="
+
+
+FAUST, CEILING = "baseline_faust_events_per_s", "ceiling_aiokafka_events_per_s"
+ROWS = (
+    Row("wordcount", "events_per_s", "word count, project worker", "lines/s"),
+    Row("wordcount", "events_per_s", "vs the faust baseline", "", FAUST, 5.0),
+    Row("wordcount", "events_per_s", "vs the aiokafka ceiling", "", CEILING, 0.5),
+    Row("wordcount", "baseline_faust_events_per_s", "word count, faust baseline", "lines/s"),
+    Row("wordcount", "ceiling_aiokafka_events_per_s", "word count, aiokafka ceiling", "lines/s"),
+    Row("inventory", "events_per_s", "inventory, project worker", "events/s"),
+    Row("iq", "local_rps", "key reads, local", "req/s", None, 3000.0),
+    Row("iq", "local_p99_ms", "key reads, local p99", "ms", None, 20.0, "<="),
+    Row("iq", "routed_rps", "key reads, routed", "req/s", None, 1000.0),
+    Row("iq", "routed_p99_ms", "key reads, routed p99", "ms"),
+    Row("restore", "records_per_s", "full restore", "records/s", None, 150_000.0),
+    Row("restore", "restart_ready_s", "restart to ready, data dir intact", "s", None, 3.0, "<="),
+    Row("restore", "keys", "restored table", "keys"),
+    Row("failover", "seconds_to_active", "kill -9 to all keys active", "s"),
+    Row("failover", "failed_reads", "failed reads meanwhile", "reads"),
+    Row("batch", "recompute_s", "nightly recompute", "s"),
+    Row("batch", "recompute_s", "vs a bare Spark count", "", "scan_s", 2.0, "<="),
+    Row("batch", "scan_s", "bare Spark count", "s"),
+    Row("batch", "events", "source records", "records"),
+)
+
+
+def summary(machine: dict[str, Any], figures: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """summary.json: the machine and exactly the schema's keys (None when not measured)."""
+    out: dict[str, Any] = {"machine": machine}
+    for section, keys in SCHEMA.items():
+        found = figures.get(section, {})
+        out[section] = {key: found.get(key) for key in keys}
+    return out
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def judge(row: Row, section: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(target text, ratio text, met text) of one row."""
+    value = section.get(row.key)
+    if row.target is None:
+        return "", "", ""
+    op = "≥" if row.direction == ">=" else "≤"
+    if row.base is not None:
+        base = section.get(row.base)
+        target = f"{op} {row.target:g}x"
+        measured = value / base if value is not None and base else None
+    else:
+        target = f"{op} {row.target:,g} {row.unit}"
+        measured = value / row.target if value is not None else None
+    if measured is None:
+        return target, "n/a", "n/a"
+    threshold = row.target if row.base is not None else 1.0
+    met = measured >= threshold if row.direction == ">=" else measured <= threshold
+    return target, f"{measured:.2f}x" if row.base else f"{measured:.2f}", "yes" if met else "**no**"
+
+
+def table(summary_json: Mapping[str, Any]) -> str:
+    lines = [
+        "| scenario | figure | measured | target | ratio | met |",
+        "| --- | --- | ---: | --- | ---: | --- |",
+    ]
+    for row in ROWS:
+        section = summary_json.get(row.section, {})
+        target, ratio, met = judge(row, section)
+        value = fmt(section.get(row.key)) if not row.base else ""
+        value = f"{value} {row.unit}".strip() if value and value != "n/a" else value
+        lines.append(f"| {row.section} | {row.label} | {value} | {target} | {ratio} | {met} |")
+    return "\n".join(lines)
+
+
+def machine_line(machine: Mapping[str, Any]) -> str:
+    return (
+        f"{machine.get('cores')} cores ({machine.get('cpu_model')}), "
+        f"{machine.get('memory_gib')} GiB; Python {machine.get('python')}, "
+        f"{machine.get('java')}, Kafka {machine.get('kafka')}, faust-streaming "
+        f"{machine.get('faust_streaming')}, aiokafka {machine.get('aiokafka')}, pyspark "
+        f"{machine.get('pyspark')}. Load average (1, 5, 15 min) at the start "
+        f"{machine.get('loadavg_start')}, at the end {machine.get('loadavg_end')}: other "
+        "work shares this machine, so figures move between runs."
+    )
+
+
+def markdown(
+    summary_json: Mapping[str, Any], notes: Mapping[str, list[str]], plots: list[str]
+) -> str:
+    machine = summary_json["machine"]
+    parts = [
+        "# Benchmark results",
+        "",
+        f"Run `{machine.get('mode')}` of {machine.get('started_at')} at commit "
+        f"`{machine.get('git_commit')}` (uncommitted changes measured too: "
+        f"{', '.join(machine.get('uncommitted_changes') or []) or 'none'}), "
+        f"{fmt(machine.get('run_s'))} s in all. "
+        "Every figure comes from this one run: baselines ran on the same Kafka, the same "
+        "data and the same machine, one after another.",
+        "",
+        machine_line(machine),
+        "",
+        table(summary_json),
+        "",
+        "## How each figure was measured",
+        "",
+    ]
+    for section in SCHEMA:
+        for note in notes.get(section, []):
+            parts.append(f"- **{section}**: {note}")
+    if plots:
+        parts += ["", "## Plots", ""]
+        parts += [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
+    return "\n".join(parts) + "\n"
+
+
+def write(
+    out: Path,
+    summary_json: dict[str, Any],
+    notes: Mapping[str, list[str]],
+    details: Mapping[str, Any],
+    plots: list[str],
+) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    indent = orjson.OPT_INDENT_2
+    (out / "summary.json").write_bytes(orjson.dumps(summary_json, option=indent) + b"\n")
+    (out / "details.json").write_bytes(
+        orjson.dumps({"notes": notes, "details": details}, option=orjson.OPT_INDENT_2) + b"\n"
+    )
+    (out / "summary.md").write_text(markdown(summary_json, notes, plots))

@@ -1,0 +1,84 @@
+"""Batch: the nightly recompute over the retained source topics against a bare Spark
+count of the same topics (the same session and connector jars)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import data
+from bench.config import Sizes
+from bench.kafka import BenchKafka, create_project_topics, produce, records_in
+from bench.procs import run_module
+from bench.scenarios import Outcome
+
+SOURCES = ["text-lines", "item-events", "products", "payments"]
+
+
+def recompute_available() -> bool:
+    return importlib.util.find_spec("jobs.recompute") is not None
+
+
+def preload(kafka: BenchKafka, events: int) -> float:
+    """Top the source topics up to ``events`` records: four fifths store events."""
+    started = time.monotonic()
+    asyncio.run(create_project_topics(kafka.bootstrap))
+    missing = events - records_in(kafka.bootstrap, SOURCES)
+    if missing > 0:
+        items = missing * 4 // 5
+        asyncio.run(produce(kafka.bootstrap, "item-events", data.item_events(items, start=10**9)))
+        asyncio.run(produce(kafka.bootstrap, "text-lines", data.text_lines(missing - items)))
+    return time.monotonic() - started
+
+
+def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
+    if not recompute_available():
+        return Outcome(
+            {"recompute_s": None, "scan_s": None, "events": None},
+            ["`python -m jobs.recompute` does not exist yet (the batch issue): not measured."],
+        )
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    preload_s = preload(kafka, sizes.batch_events)
+    events = records_in(kafka.bootstrap, SOURCES)
+    status, _, recompute_s = run_module(
+        "jobs.recompute",
+        ["--bootstrap", kafka.bootstrap, "--out", str(work / "out"), "--master", "local[*]"],
+        timeout=sizes.batch_timeout_s,
+        log=work / "recompute.log",
+    )
+    notes = [
+        f"{events:,} records in the source topics (topped up in {preload_s:.0f} s). "
+        "Both figures are the wall time of a fresh process (JVM and Spark start included), "
+        "`--master local[*]` on this machine."
+    ]
+    if status not in (0, 3):
+        notes.append(f"`jobs.recompute` exited {status} (see {work / 'recompute.log'}).")
+        recompute: float | None = None
+    else:
+        recompute = recompute_s
+        notes.append(f"`jobs.recompute` exited {status} (3: live tables differ from the batch).")
+    scan_status, out, scan_s = run_module(
+        "bench.baselines.spark_scan",
+        ["--bootstrap", kafka.bootstrap, "--topics", ",".join(SOURCES)],
+        timeout=sizes.batch_timeout_s,
+        log=work / "scan.log",
+    )
+    scan: dict[str, Any] = orjson.loads(out.strip().splitlines()[-1]) if scan_status == 0 else {}
+    if scan_status != 0:
+        notes.append(f"The Spark scan exited {scan_status} (see {work / 'scan.log'}).")
+    return Outcome(
+        {
+            "recompute_s": recompute,
+            "scan_s": scan_s if scan_status == 0 else None,
+            "events": events,
+        },
+        notes,
+        {"scan": scan, "recompute_status": status},
+    )

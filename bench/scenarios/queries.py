@@ -1,0 +1,150 @@
+"""Interactive queries and failover on two workers.
+
+Queries: a separate load-generator process reads keys from one worker, first keys that
+worker owns (local), then keys the other worker owns (routed by forwarding). Failover:
+the owner of the routed keys is killed with SIGKILL and its keys are read through the
+survivor until every one is answered by an active replica again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from bench import data
+from bench.config import Sizes
+from bench.procs import Worker, run_module
+from bench.scenarios import Outcome
+
+TABLE = "word_counts"
+
+
+def classify(worker: Worker, keys: list[str]) -> dict[str, list[str]]:
+    """Keys by the URL of their active owner, from the worker's key metadata."""
+    owners: dict[str, list[str]] = {}
+    for key in keys:
+        status, body = worker.get(f"/metadata/tables/{TABLE}/keys/{quote(key)}")
+        if status == 200 and isinstance(body, dict) and body.get("active"):
+            owners.setdefault(str(body["active"]).rstrip("/"), []).append(key)
+    return owners
+
+
+def wait_two_owners(a: Worker, b: Worker, keys: list[str], timeout: float) -> dict[str, list[str]]:
+    """Wait until both workers own some of ``keys``; return the classification."""
+    deadline = time.monotonic() + timeout
+    owners: dict[str, list[str]] = {}
+    while time.monotonic() < deadline:
+        owners = classify(a, keys)
+        if owners.get(a.url) and owners.get(b.url):
+            return owners
+        time.sleep(1.0)
+    counts = {url: len(found) for url, found in owners.items()}
+    raise TimeoutError(f"keys never spread over both workers: {counts}")
+
+
+def load(worker: Worker, keys: list[str], sizes: Sizes, work: Path, name: str) -> dict[str, Any]:
+    keys_file = work / f"{name}-keys.txt"
+    keys_file.write_text("\n".join(keys))
+    args = ["--base", worker.url, "--table", TABLE, "--keys-file", str(keys_file)]
+    args += ["--duration", str(sizes.iq_duration_s), "--connections", str(sizes.iq_connections)]
+    status, out, _ = run_module(
+        "bench.loadgen", args, timeout=sizes.iq_duration_s + 120, log=work / "loadgen.log"
+    )
+    if status != 0:
+        raise RuntimeError(f"load generator exited {status}; see {work / 'loadgen.log'}")
+    result: dict[str, Any] = orjson.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome, list[str]]:
+    """Both workers ready; returns the outcome and the keys ``b`` owns."""
+    step = max(1, sizes.restore_keys // sizes.iq_sample_keys)
+    sample = [data.counter_key(n) for n in range(0, sizes.restore_keys, step)]
+    owners = wait_two_owners(a, b, sample, timeout=120)
+    local, routed = owners[a.url], owners[b.url]
+    local_run = load(a, local, sizes, work, "local")
+    routed_run = load(a, routed, sizes, work, "routed")
+    figures = {
+        "local_rps": local_run["rps"],
+        "local_p99_ms": local_run["latency_ms"]["p99"],
+        "routed_rps": routed_run["rps"],
+        "routed_p99_ms": routed_run["latency_ms"]["p99"],
+    }
+    notes = [
+        f"Two workers, {TABLE} with {sizes.restore_keys:,} keys; {len(local)} local and "
+        f"{len(routed)} routed keys of a sample, classified by "
+        f"`/metadata/tables/{TABLE}/keys/{{key}}`.",
+        f"Load: `python -m bench.loadgen`, a separate process, {sizes.iq_connections} "
+        f"keep-alive connections (aiohttp, closed loop), {sizes.iq_duration_s:.0f} s each; "
+        "rps counts 200 answers only; the load generator shares the 2 cores with both workers.",
+        f"Non-200 answers: local {local_run['failed']}, routed {routed_run['failed']}; "
+        f"replicas seen routed: {routed_run['replicas']}.",
+    ]
+    details = {"local": local_run, "routed": routed_run}
+    return Outcome(figures, notes, details), routed
+
+
+async def read_all(
+    session: aiohttp.ClientSession, base: str, keys: list[str]
+) -> tuple[int, int, list[int]]:
+    """One pass over ``keys``: (answers from an active replica, failed reads, statuses)."""
+
+    async def read(key: str) -> tuple[int, str]:
+        try:
+            async with session.get(f"{base}/tables/{TABLE}/keys/{quote(key)}") as answer:
+                body = await answer.read()
+                if answer.status != 200:
+                    return answer.status, ""
+                return 200, str(orjson.loads(body).get("replica"))
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            return 0, ""
+
+    answers = await asyncio.gather(*(read(k) for k in keys))
+    active = sum(1 for status, replica in answers if status == 200 and replica == "active")
+    failed = sum(1 for status, _ in answers if status != 200)
+    return active, failed, [status for status, _ in answers]
+
+
+async def watch_failover(
+    base: str, keys: list[str], killed_at: float, give_up_s: float
+) -> dict[str, Any]:
+    series: list[tuple[float, int, int]] = []
+    failed_reads = 0
+    connector = aiohttp.TCPConnector(limit=8)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=5)
+    ) as session:
+        while time.monotonic() - killed_at < give_up_s:
+            active, failed, _ = await read_all(session, base, keys)
+            now = time.monotonic() - killed_at
+            failed_reads += failed
+            series.append((now, active, failed))
+            if active == len(keys):
+                return {"seconds_to_active": now, "failed_reads": failed_reads, "series": series}
+            await asyncio.sleep(0.2)
+    return {"seconds_to_active": None, "failed_reads": failed_reads, "series": series}
+
+
+def run_failover(a: Worker, b: Worker, keys: list[str], sizes: Sizes) -> Outcome:
+    """Kill ``b`` and read its keys through ``a`` until all come from an active replica."""
+    keys = keys[: sizes.failover_keys]
+    b.kill9()
+    killed_at = time.monotonic()
+    result = asyncio.run(watch_failover(a.url, keys, killed_at, give_up_s=180))
+    figures = {
+        "seconds_to_active": result["seconds_to_active"],
+        "failed_reads": result["failed_reads"],
+    }
+    notes = [
+        f"kill -9 of the owner of {len(keys)} keys; the survivor was asked for all of them in "
+        "passes (8 concurrent reads) until every answer was 200 with `replica: active`; "
+        "failed_reads counts non-200 answers meanwhile. Session timeout: the worker "
+        "default (BROKER_SESSION_TIMEOUT)."
+    ]
+    return Outcome(figures, notes, {"series": result["series"]})

@@ -1,0 +1,75 @@
+"""The pure helpers of the benchmarks: percentiles, rates, progress and the report."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import report
+from bench.progress import processed
+from bench.scenarios.restore import restores_in
+from bench.stats import instant_rates, percentile, percentiles, ratio, steady_rate
+
+
+def test_percentile_interpolates_between_closest_ranks() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == pytest.approx(50.5)
+    assert percentile(values, 99) == pytest.approx(99.01)
+    assert percentile(values, 100) == 100.0
+    assert percentile([], 99) is None
+    assert percentiles([3.0, 1.0, 2.0], (0, 50)) == {"p0": 1.0, "p50": 2.0}
+
+
+def test_steady_rate_starts_at_the_first_progress() -> None:
+    series = [(0.0, 0.0), (5.0, 0.0), (6.0, 100.0), (8.0, 500.0)]
+    assert steady_rate(series) == pytest.approx(200.0)
+    assert steady_rate([(0.0, 0.0), (1.0, 0.0)]) is None
+
+
+def test_instant_rates_skip_polls_without_a_new_commit() -> None:
+    series = [(0.0, 0.0), (1.0, 100.0), (1.5, 100.0), (3.0, 400.0)]
+    assert instant_rates(series) == [(0.5, 100.0), (2.0, 150.0)]
+
+
+def test_processed_scales_by_the_committed_share_of_downstream_topics() -> None:
+    committed = {"text-lines": 1000, "repartition": 2500}
+    ends = {"repartition": 10_000}
+    assert processed(committed, ends, "text-lines", ["repartition"]) == 250.0
+    assert processed(committed, {}, "text-lines", ["repartition"]) == 1000.0
+
+
+def test_restore_lines_are_read_from_the_worker_log() -> None:
+    log = (
+        "[INFO] restore 1 done: 1000000 changelog records in 12.500 s (80000 records/s)\n"
+        "[INFO] restore 2 done: 0 changelog records in 0.010 s (0 records/s)\n"
+    )
+    assert restores_in(log) == [(1_000_000, 12.5), (0, 0.01)]
+
+
+def test_summary_has_exactly_the_schema_keys() -> None:
+    summary = report.summary({"cores": 2}, {"iq": {"local_rps": 10.0, "extra": 1}})
+    assert summary["iq"] == {
+        "local_rps": 10.0,
+        "local_p99_ms": None,
+        "routed_rps": None,
+        "routed_p99_ms": None,
+    }
+    assert list(summary) == ["machine", *report.SCHEMA]
+
+
+def test_table_shows_ratios_against_baselines_and_targets() -> None:
+    summary = report.summary(
+        {},
+        {
+            "wordcount": {
+                "events_per_s": 1000.0,
+                "baseline_faust_events_per_s": 100.0,
+                "ceiling_aiokafka_events_per_s": 4000.0,
+            },
+            "iq": {"local_p99_ms": 25.0},
+        },
+    )
+    table = report.table(summary)
+    assert "| wordcount | vs the faust baseline |  | ≥ 5x | 10.00x | yes |" in table
+    assert "| wordcount | vs the aiokafka ceiling |  | ≥ 0.5x | 0.25x | **no** |" in table
+    assert "| iq | key reads, local p99 | 25.0 ms | ≤ 20 ms | 1.25 | **no** |" in table
+    assert ratio(1.0, 0.0) is None
