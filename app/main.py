@@ -21,6 +21,7 @@ from app import topics
 from app.admin import ensure_topics
 from app.settings import Settings
 from tables.catalog import ProductCatalog
+from tables.checkpoint import discard_if_unclean, mark_clean
 from tables.definitions import Tables, declare_tables
 
 APP_ID = "streamstate"
@@ -43,6 +44,12 @@ class StreamstateApp(faust.App):
     pipeline: Pipeline
 
     async def on_first_start(self) -> None:
+        if not (self.producer_only or self.client_only):
+            discard_if_unclean(
+                Path(self.conf.datadir),
+                Path(self.conf.tabledir),
+                exactly_once=self.settings.processing_guarantee == "exactly_once",
+            )
         await super().on_first_start()
         if not (self.producer_only or self.client_only):
             specs = topics.topic_specs(
@@ -51,6 +58,11 @@ class StreamstateApp(faust.App):
             await ensure_topics(
                 self.settings.bootstrap_servers, specs, self.settings.topic_replication_factor
             )
+
+    async def on_shutdown(self) -> None:
+        await super().on_shutdown()
+        if not (self.producer_only or self.client_only) and not self.crashed:
+            mark_clean(Path(self.conf.datadir))
 
     def on_init_dependencies(self) -> Iterable[ServiceT]:
         deps = list(super().on_init_dependencies())

@@ -23,6 +23,7 @@ from tests.support.kafka_io import (
     changelog_state,
     produce,
     read_topic,
+    wait_equal,
     wait_for,
 )
 from tests.support.workers import Worker
@@ -158,10 +159,10 @@ def test_tables_equal_the_events_under_each_guarantee(
     try:
         worker.wait_ready()
         produce_workload(kafka, events, lines)
-        want_words = expected_words(lines)
-        wait_for(lambda: changelog_state(kafka.bootstrap, "word_counts") == want_words, 90)
-        want_inventory = expected_inventory(events)
-        wait_for(lambda: changelog_state(kafka.bootstrap, "inventory") == want_inventory, 90)
+        words = lambda: changelog_state(kafka.bootstrap, "word_counts")  # noqa: E731
+        wait_equal(words, expected_words(lines), 120, "word_counts")
+        inventory = lambda: changelog_state(kafka.bootstrap, "inventory")  # noqa: E731
+        wait_equal(inventory, expected_inventory(events), 120, "inventory")
         want_sales = expected_sales(events)
         wait_for(lambda: sales_state(kafka).keys() == want_sales.keys(), 90)
         wait_for(lambda: _sales_close(sales_state(kafka), want_sales), 30)

@@ -163,3 +163,24 @@ def wait_for(check: Callable[[], Any], timeout: float = 60.0, interval: float = 
             return last
         time.sleep(interval)
     raise TimeoutError(f"condition not met in {timeout}s (last: {last!r})")
+
+
+def wait_equal(get: Callable[[], Any], want: Any, timeout: float = 60.0, what: str = "") -> Any:
+    """Poll ``get`` until it returns ``want``; on timeout, say how they still differ."""
+    deadline = time.monotonic() + timeout
+    got: Any = None
+    while time.monotonic() < deadline:
+        got = get()
+        if got == want:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"{what or 'value'} never became the expected one: {_diff(got, want)}")
+
+
+def _diff(got: Any, want: Any) -> str:
+    if isinstance(got, dict) and isinstance(want, dict):
+        keys = sorted(set(got) | set(want), key=repr)
+        wrong = [(k, got.get(k), want.get(k)) for k in keys if got.get(k) != want.get(k)]
+        shown = "; ".join(f"{k!r}: got {g!r}, want {w!r}" for k, g, w in wrong[:5])
+        return f"{len(wrong)} of {len(keys)} keys differ ({shown})"
+    return f"got {got!r}, want {want!r}"
