@@ -22,6 +22,7 @@ from agents.dlq import DeadLetters
 from app.semantics import InvalidEvent, check_key, parse_item_event, parse_payment
 from app.settings import Settings
 from app.topics import ITEM_EVENTS, PAYMENTS, SETTLED_SALES
+from tables.exactly_once import ExactlyOnceState
 from tables.join import LEFT, RIGHT, JoinResult, JoinWindow, StreamJoin
 from tables.restore import TrackedRecovery
 
@@ -62,19 +63,24 @@ def register(
         value_serializer="raw",
         partitions=settings.topic_partitions,
     )
-    join = StreamJoin(
+    state = ExactlyOnceState(
         app,
         JOIN_NAME,
-        SETTLE_WINDOW,
         partitions=settings.topic_partitions,
-        left="sales",
-        right="payments",
         on_changelog_event=_restore_counter(app),
+    )
+    join = StreamJoin(state, JOIN_NAME, SETTLE_WINDOW, left="sales", right="payments")
+    # The counts live beside the join's buffers and are restored with them; unsettled_sales
+    # receives their absolute values, so rewriting one can never count a sale twice.
+    counts = state.table(
+        f"{JOIN_NAME}_unsettled", default=None, help="settling: unsettled sales per store"
     )
 
     @app.agent(both, name="settling.settle_sales")
     async def settle_sales(stream: StreamT[bytes]) -> None:
         async for event in stream.events():
+            if state.replayed(event):
+                continue
             if event.message.topic == ITEM_EVENTS:
                 result = _on_item_event(join, event, settings)
             else:
@@ -86,31 +92,20 @@ def register(
             if result is None:
                 continue
             for sale, payment in result.pairs:
-                key = str(sale["store_id"]).encode("utf-8")
                 pair = orjson.dumps({"sale": sale, "payment": payment})
-                await _publish(app, settled, event, key, pair)
+                state.send(settled, _store_key(sale), pair)
             for sale in result.unmatched:
-                unsettled_sales[str(sale["store_id"]).encode("utf-8")] += 1
+                store = _store_key(sale)
+                count = int(counts.get(store) or 0) + 1
+                counts[store] = count
+                state.write(unsettled_sales, store, count)
+            await state.commit_event(event)
 
     return join
 
 
-async def _publish(app: faust.App, topic: Any, event: Any, key: bytes, value: bytes) -> None:
-    """Send a record, under exactly-once inside the transaction of the event's partition.
-
-    faust picks a send's transaction from its consumer's metadata of the destination
-    topic; a topic the app only writes to is unknown there, and faust then sends outside
-    every transaction, so a crash would publish pairs that the replay publishes again.
-    """
-    if not app.in_transaction:
-        await topic.send(key=key, value=value)
-        return
-    message = event.message
-    group = app.assignor.group_for_topic(message.topic)
-    transactional_id = f"{app.conf.id}-{group}-{message.partition}"
-    await app.producer.send(
-        topic.get_topic_name(), key, value, None, None, None, transactional_id=transactional_id
-    )
+def _store_key(record: dict[str, Any]) -> bytes:
+    return str(record["store_id"]).encode("utf-8")
 
 
 def _on_item_event(join: StreamJoin, event: Any, settings: Settings) -> JoinResult | None:

@@ -64,7 +64,7 @@ FULL = Sizes(
     iq_sample_keys=400,
     failover_keys=200,
     batch_events=10_000_000,
-    batch_timeout_s=1200.0,
+    batch_timeout_s=900.0,
 )
 
 QUICK = Sizes(

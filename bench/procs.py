@@ -123,15 +123,24 @@ class Worker:
 
 
 def run_module(module: str, args: list[str], timeout: float, log: Path) -> tuple[int, str, float]:
-    """Run ``python -m module args``; (exit status, stdout, wall seconds). stderr to ``log``."""
+    """Run ``python -m module args``; (exit status, stdout, wall seconds). stderr to ``log``.
+
+    The module runs in its own process group, so that on timeout its children (Spark's
+    JVM) are stopped with it; the exit status is then -9.
+    """
     started = time.monotonic()
     with log.open("ab") as err:
-        done = subprocess.run(
+        child = subprocess.Popen(
             [sys.executable, "-m", module, *args],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=err,
-            timeout=timeout,
-            check=False,
+            start_new_session=True,
         )
-    return done.returncode, done.stdout.decode("utf-8", "replace"), time.monotonic() - started
+        try:
+            out, _ = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            out, _ = child.communicate()
+            return -9, "", time.monotonic() - started
+    return child.returncode, out.decode("utf-8", "replace"), time.monotonic() - started

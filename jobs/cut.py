@@ -83,6 +83,15 @@ class OffsetReader:
             TopicPartition(d["topic"], p["partition"]) for d in described for p in d["partitions"]
         )
 
+    async def internal_topics(self, prefix: str, extra: list[str]) -> list[str]:
+        """The group's repartition topics (``<app id>-*-repartition``) and ``extra``."""
+        names = await self._admin.list_topics()
+        return sorted(
+            name
+            for name in names
+            if (name.startswith(f"{prefix}-") and name.endswith("-repartition")) or name in extra
+        )
+
     async def ends(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         return dict(await self._consumer.end_offsets(tps)) if tps else {}
 
@@ -128,11 +137,14 @@ async def _sample(
     reader: OffsetReader,
     sources: list[TopicPartition],
     changelogs: list[TopicPartition],
+    internal: list[TopicPartition],
 ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int], dict[str, int], bool]:
     source_ends = await reader.ends(sources)
     changelog_ends = await reader.ends(changelogs)
     committed = await reader.committed()
-    read_by_group = sorted(set(committed) | set(sources))
+    # A topic the group has not committed on yet still counts: the sources and the
+    # internal topics between agents (repartition topics, corrections).
+    read_by_group = sorted(set(committed) | set(sources) | set(internal))
     group_ends = await reader.ends(read_by_group)
     positions = {tp: committed.get(tp, 0) for tp in read_by_group}
     lag: dict[str, int] = {}
@@ -149,6 +161,7 @@ async def take_cut(
     bootstrap: str,
     source_topics: list[str],
     changelog_topics: list[str],
+    internal_topics: list[str],
     group: str,
     settle_s: float,
 ) -> Cut:
@@ -156,10 +169,13 @@ async def take_cut(
     async with OffsetReader(bootstrap, group) as reader:
         sources = await reader.partitions(source_topics)
         changelogs = await reader.partitions(changelog_topics)
+        internal = await reader.partitions(await reader.internal_topics(group, internal_topics))
         deadline = time.monotonic() + settle_s
         while True:
             taken_at_ms = int(time.time() * 1000)
-            source_ends, changelog_ends, lag, settled = await _sample(reader, sources, changelogs)
+            source_ends, changelog_ends, lag, settled = await _sample(
+                reader, sources, changelogs, internal
+            )
             if settled or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(1.0)

@@ -67,7 +67,12 @@ def _take_cut(options: Options) -> Cut:
     return asyncio.run(
         asyncio.wait_for(
             take_cut(
-                options.bootstrap, list(SOURCES), changelogs, options.app_id, options.settle_s
+                options.bootstrap,
+                list(SOURCES),
+                changelogs,
+                [kio.CORRECTIONS_TOPIC],
+                options.app_id,
+                options.settle_s,
             ),
             timeout=options.settle_s + 120,
         )

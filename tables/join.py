@@ -29,11 +29,11 @@ event's partition; expired records are deleted, with tombstones, as event time m
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import faust
+from tables.exactly_once import ExactlyOnceState
 
 Side = Literal["left", "right"]
 LEFT: Side = "left"
@@ -307,45 +307,34 @@ class TablePartition:
             yield key, self.store._decode_value(raw)
 
 
-ChangelogCallback = Callable[[Any], Any]
-
-
 class StreamJoin:
     """A windowed left join of two co-partitioned topics, on three changelogged tables.
 
     Call :meth:`process` from the agent that consumes both topics, once per record of
-    either, inside the stream iteration: table writes go to the event's partition.
+    either, inside the stream iteration: table writes go to the event's partition. The
+    tables belong to the agent's :class:`ExactlyOnceState`.
     """
 
     def __init__(
         self,
-        app: faust.App,
+        state: ExactlyOnceState,
         name: str,
         window: JoinWindow,
         *,
-        partitions: int,
         left: str = LEFT,
         right: str = RIGHT,
-        on_changelog_event: Callable[[str], ChangelogCallback] | None = None,
     ) -> None:
         self.name = name
         self.window = window
 
         def table(suffix: str) -> Any:
-            table_name = f"{name}_{suffix}"
-            extra: dict[str, Any] = {}
-            if on_changelog_event is not None:
-                extra["on_changelog_event"] = on_changelog_event(table_name)
-            return app.Table(
-                table_name,
-                key_type=bytes,
+            return state.table(
+                f"{name}_{suffix}",
                 default=None,
-                partitions=partitions,
                 help=f"{name} join: {suffix}",
-                # Expired records leave tombstones; rolling segments hourly lets the
-                # broker compact them away instead of keeping a week of history.
-                extra_topic_configs={"segment.ms": "3600000"},
-                **extra,
+                # Expired records leave tombstones; rolling segments every 10 minutes lets
+                # the broker compact them away instead of keeping a week of history.
+                extra_topic_configs={"segment.ms": str(10 * 60 * 1000)},
             )
 
         self.left_table = table(f"{left}_buffer")

@@ -59,7 +59,8 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         "`--master local[*]` on this machine."
     ]
     if status not in (0, 3):
-        notes.append(f"`jobs.recompute` exited {status} (see {work / 'recompute.log'}).")
+        reason = f"timed out after {sizes.batch_timeout_s:.0f} s" if status == -9 else status
+        notes.append(f"`jobs.recompute` failed ({reason}; see {work / 'recompute.log'}).")
         recompute: float | None = None
     else:
         recompute = recompute_s
