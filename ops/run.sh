@@ -9,11 +9,20 @@ WEB_PORT="${WEB_PORT:-6066}"
 DATADIR="${DATADIR:-$ROOT/.data/worker-$WEB_PORT}"
 mkdir -p "$DATADIR" .data
 pids=()
+alive() {
+  local pid
+  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && return 0; done
+  return 1
+}
 cleanup() {
   trap - INT TERM EXIT
   echo "run: stopping worker and generator" >&2
+  # Ctrl-C in a terminal has already signalled the whole process group: give the
+  # children time to stop on their own (a second signal interrupts a clean shutdown).
+  for _ in $(seq 1 20); do alive || break; sleep 0.5; done
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for _ in $(seq 1 60); do alive || break; sleep 0.5; done
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   echo "run: stopped (Kafka keeps running; make kafka-down stops it)" >&2
 }
 trap cleanup INT TERM EXIT
