@@ -1,0 +1,284 @@
+"""The nightly recompute against a real Kafka, a real worker and a local Spark.
+
+One worker processes generated data; the job must find no difference once
+the worker has caught up, find drift written straight into the changelogs exactly,
+repair it through ``corrections``, and find nothing on the next run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
+
+from agents.corrections import window_key
+from app.admin import ensure_topics
+from app.semantics import HOUR_MS, tokenize
+from app.topics import topic_specs
+from jobs.recompute import EXIT_DIFFERS, EXIT_SAME, Options, run
+from ops.generator import SENTENCES, Catalogue, item_event
+from tests.support.kafka import ROOT, LocalKafka, local_kafka
+from tests.support.kafka_io import changelog_state, read_topic, wait_for
+from tests.support.workers import Worker
+
+pytestmark = [pytest.mark.batch, pytest.mark.integration]
+
+PORT = 43092
+PARTITIONS = 8
+EXTRA_LINES = [
+    "İstanbul ǅemal ﬁne x²³ ٣٤ 東京タワー",
+    "O'Brien's café: ÉTAT, État, état; straße STRASSE",
+    "snake_case __dunder__ 3rd_place 2024-01-01",
+]
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[LocalKafka]:
+    with local_kafka("batch-recompute", port=PORT) as cluster:
+        yield cluster
+
+
+def send(
+    bootstrap: str,
+    records: list[tuple[str, bytes | None, bytes | None, int | None]],
+    timestamp_ms: int | None = None,
+) -> None:
+    """Produce (topic, key, value, partition) records."""
+
+    async def go() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await producer.start()
+        try:
+            for topic, key, value, partition in records:
+                await producer.send_and_wait(
+                    topic, value, key=key, partition=partition, timestamp_ms=timestamp_ms
+                )
+        finally:
+            await producer.stop()
+
+    asyncio.run(go())
+
+
+def partition_of(key: bytes) -> int:
+    return int(murmur2(key) & 0x7FFFFFFF) % PARTITIONS
+
+
+@pytest.fixture(scope="module")
+def worker(kafka: LocalKafka, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+    bootstrap = kafka.bootstrap
+    asyncio.run(ensure_topics(bootstrap, topic_specs(PARTITIONS, -1), 1))
+    rng = random.Random(7)
+    catalogue = Catalogue.build(rng)
+    now = int(time.time() * 1000)
+    # The catalogue first, dated before every sale: a sale takes the category of the
+    # product version whose record timestamp is at or before the sale's ts.
+    send(
+        bootstrap,
+        [
+            ("products", sku.encode(), orjson.dumps(p), None)
+            for sku, p in catalogue.products.items()
+        ],
+        timestamp_ms=now - 3 * HOUR_MS,
+    )
+    datadir = tmp_path_factory.mktemp("recompute") / "worker-1"
+    node = Worker(kafka, datadir).start()
+    node.wait_ready()
+    records: list[tuple[str, bytes | None, bytes | None, int | None]] = []
+    for n in range(300):
+        event = item_event(rng, catalogue, now - rng.randint(0, 2 * HOUR_MS))
+        records.append(("item-events", event["store_id"].encode(), orjson.dumps(event), None))
+        line = (SENTENCES + EXTRA_LINES)[n % (len(SENTENCES) + len(EXTRA_LINES))]
+        records.append(("text-lines", None, line.encode(), None))
+    # Records the stream sends to the DLQ; the batch must skip them the same way.
+    records += [
+        ("text-lines", None, b"\xff\xfe not UTF-8", None),
+        ("text-lines", None, b"big " * 20_000, None),
+        ("item-events", b"store-001", b'{"event_id": "x", "kind": "sale"}', None),
+        ("item-events", b"store-002", item_event_json(rng, catalogue, now, "store-003"), None),
+    ]
+    send(bootstrap, records)
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+def item_event_json(rng: random.Random, catalogue: Catalogue, now: int, store: str) -> bytes:
+    event = item_event(rng, catalogue, now)
+    event["store_id"] = store
+    return orjson.dumps(event)
+
+
+@pytest.fixture(scope="module")
+def options(kafka: LocalKafka, tmp_path_factory: pytest.TempPathFactory) -> Options:
+    return Options(
+        bootstrap=kafka.bootstrap,
+        out=tmp_path_factory.mktemp("recompute-out"),
+        master=None,
+        settle_s=120.0,
+    )
+
+
+def report(options: Options) -> dict[str, Any]:
+    result: dict[str, Any] = orjson.loads((options.out / "report.json").read_bytes())
+    return result
+
+
+def test_no_difference_once_the_worker_has_caught_up(
+    spark: Any, worker: Worker, options: Options
+) -> None:
+    assert run(options, spark) == EXIT_SAME
+    result = report(options)
+    assert result["cut_settled"] is True
+    assert sum(result["cut"]["item-events"].values()) == 302
+    tables = result["tables"]
+    assert tables["inventory"]["keys_compared"] == 12
+    assert tables["word_counts"]["keys_compared"] > 50
+    assert tables["sales_by_category"]["keys_compared"] >= 10
+    for entry in tables.values():
+        assert entry["mismatched"] == entry["missing_in_stream"] == entry["missing_in_batch"] == 0
+
+
+def test_non_ascii_text_gives_identical_tokens_in_stream_and_batch(
+    spark: Any, worker: Worker, options: Options, kafka: LocalKafka
+) -> None:
+    batch = {
+        r["key"]: r["count"] for r in spark.read.parquet(str(options.out / "word_counts")).collect()
+    }
+    stream = {k.decode(): v for k, v in changelog_state(kafka.bootstrap, "word_counts").items()}
+    assert batch == stream
+    assert {"état", "straße", "σοφια", "ǆemal", "東京タワー", "o", "brien", "s"} <= set(batch)
+    for line in EXTRA_LINES:
+        assert set(tokenize(line)) <= set(batch)
+    assert {"snake_case", "__dunder__", "3rd_place", "user_42", "09", "30"} <= set(batch)
+
+
+def inject_drift(kafka: LocalKafka, options: Options) -> dict[str, Any]:
+    """Write wrong values straight into the changelogs; return what was written."""
+    sales_view = {
+        r["key"]: r for r in spark_rows(options, "sales_by_category") if r["category"] != "unknown"
+    }
+    window = sorted(sales_view)[0]
+    row = sales_view[window]
+    start_s = row["window_start"] / 1000
+    sales_key = orjson.dumps([row["category"], [start_s, start_s + 3600.0 - 0.1]])
+    wrong_sales = {"units": row["units"] + 1, "revenue": row["revenue"]}
+    store = b"store-001"
+    records: list[tuple[str, bytes | None, bytes | None, int | None]] = [
+        ("streamstate-word_counts-changelog", b"fox", b"999999", partition_of(b"fox")),
+        ("streamstate-word_counts-changelog", b"phantomword", b"5", partition_of(b"phantomword")),
+        ("streamstate-word_counts-changelog", b"the", None, partition_of(b"the")),
+        (
+            "streamstate-inventory-changelog",
+            store,
+            orjson.dumps({"store_id": "store-001", "on_hand": {"X": 1}, "updated_at": 1}),
+            partition_of(store),
+        ),
+        (
+            "streamstate-sales_by_category-changelog",
+            sales_key,
+            orjson.dumps(wrong_sales),
+            partition_of(row["category"].encode()),
+        ),
+    ]
+    send(kafka.bootstrap, records)
+    return {"window": window}
+
+
+def spark_rows(options: Options, view: str) -> list[Any]:
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    assert session is not None
+    return list(session.read.parquet(str(options.out / view)).collect())
+
+
+def test_injected_drift_is_found_exactly_and_repaired(
+    spark: Any, worker: Worker, options: Options, kafka: LocalKafka
+) -> None:
+    worker.stop()
+    injected = inject_drift(kafka, options)
+    worker.start()
+    worker.wait_ready()
+
+    repair = Options(**{**options.__dict__, "repair": True})
+    assert run(repair, spark) == EXIT_DIFFERS
+    tables = report(options)["tables"]
+    words = tables["word_counts"]
+    assert (words["mismatched"], words["missing_in_stream"], words["missing_in_batch"]) == (1, 1, 1)
+    assert {(e["key"], e["status"]) for e in words["examples"]} == {
+        ("fox", "mismatched"),
+        ("the", "missing_in_stream"),
+        ("phantomword", "missing_in_batch"),
+    }
+    assert [e["key"] for e in tables["inventory"]["examples"]] == ["store-001"]
+    assert tables["inventory"]["mismatched"] == 1
+    sales = tables["sales_by_category"]
+    assert [(e["key"], e["status"]) for e in sales["examples"]] == [
+        (injected["window"], "mismatched")
+    ]
+    assert report(options)["corrections_published"] == 5
+
+    assert run(options, spark) == EXIT_SAME
+    state = changelog_state(kafka.bootstrap, "word_counts")
+    assert b"phantomword" not in state
+    assert state[b"fox"] != 999999
+
+
+def test_command_line_exits_zero_when_nothing_differs(
+    worker: Worker, kafka: LocalKafka, tmp_path: Path
+) -> None:
+    command = [sys.executable, "-m", "jobs.recompute", "--bootstrap", kafka.bootstrap]
+    command += ["--out", str(tmp_path), "--master", "local[2]", "--shuffle-partitions", "4"]
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == EXIT_SAME, done.stderr[-3000:]
+    assert "no differences (exit 0)" in done.stdout
+    assert "word_counts" in done.stdout
+    assert (tmp_path / "report.json").exists()
+    assert (tmp_path / "inventory").is_dir()
+
+
+def test_stale_and_invalid_corrections_go_to_the_dead_letter_topic(
+    worker: Worker, kafka: LocalKafka
+) -> None:
+    fox = b"fox"
+    stale = {"table": "word_counts", "key": "fox", "value": 1, "expected": 123456789}
+    misrouted = {"table": "word_counts", "key": "fox", "value": 1}
+    unknown = {"table": "nope", "key": "fox", "value": 1}
+    send(
+        kafka.bootstrap,
+        [
+            ("corrections", fox, orjson.dumps(stale), None),
+            ("corrections", b"dog", orjson.dumps(misrouted), None),
+            ("corrections", fox, orjson.dumps(unknown), None),
+            ("corrections", fox, b"not json", None),
+        ],
+    )
+    dead = wait_for(
+        lambda: (lambda r: r if len(r) >= 4 else None)(
+            read_topic(kafka.bootstrap, "corrections-dlq")
+        ),
+        timeout=60,
+    )
+    errors = sorted(r.headers["error"].decode() for r in dead)
+    assert any(e.startswith("stale:") for e in errors)
+    assert any("is not the table's raw key" in e for e in errors)
+    assert any("cannot be corrected" in e for e in errors)
+    assert changelog_state(kafka.bootstrap, "word_counts")[fox] != 1
+    assert window_key("dairy", 0) == "dairy@0"
