@@ -118,3 +118,21 @@ def build_session(master: str | None, shuffle_partitions: int | None = None) -> 
     if not str(spark.sparkContext.master).startswith("local"):
         _ship_semantics(spark)
     return spark
+
+
+def main() -> int:
+    """``python -m jobs.session``: resolve the connector jars now (``make spark-jars``)."""
+    if bundled_connector():
+        print("spark-jars: pyspark already ships the Kafka source")
+        return 0
+    try:
+        jars = resolve_jars()
+    except SparkSetupError as error:
+        print(f"spark-jars: {error}", file=sys.stderr)
+        return 1
+    print(f"spark-jars: {len(jars)} jars in {jars[0].parent}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

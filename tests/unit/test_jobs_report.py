@@ -1,0 +1,101 @@
+"""The recompute's pure parts: the cut's JSON, window expiry, the summary, the scheduler."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from app.semantics import HOUR_MS
+from jobs.cut import Cut
+from jobs.recompute import parse_args, summary
+from jobs.transforms import expired_horizon
+from ops.nightly import Scheduler, next_run, prune
+
+DAY = 86_400_000
+
+
+def test_cut_json_names_every_topic_and_partition_as_strings() -> None:
+    cut = Cut(
+        sources={"text-lines": {0: 5, 1: 0}},
+        changelogs={"streamstate-word_counts-changelog": {0: 9}},
+        log_start={},
+        taken_at_ms=0,
+        settled=True,
+    )
+    assert cut.as_json() == {
+        "text-lines": {"0": 5, "1": 0},
+        "streamstate-word_counts-changelog": {"0": 9},
+    }
+
+
+def test_windows_faust_may_have_expired_are_left_out() -> None:
+    now = 10 * DAY + 30 * 60_000
+    horizon = expired_horizon(now, 7 * DAY)
+    assert horizon % HOUR_MS == 0
+    assert now - 7 * DAY < horizon <= now - 7 * DAY + HOUR_MS
+
+
+def entry(mismatched: int = 0) -> dict[str, Any]:
+    return {
+        "keys_compared": 3,
+        "mismatched": mismatched,
+        "missing_in_stream": 0,
+        "missing_in_batch": 0,
+        "examples": [{"key": "fox", "status": "mismatched", "batch": 1, "stream": 2}]
+        if mismatched
+        else [],
+    }
+
+
+def report(**tables: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "cut": {"text-lines": {"0": 4}},
+        "tables": tables,
+        "cut_settled": False,
+        "group_lag": {"text-lines": 2},
+        "log_start": {},
+        "corrections_published": 0,
+    }
+
+
+def test_summary_names_counts_examples_lag_and_result() -> None:
+    text = summary(report(word_counts=entry(1), inventory=entry()))
+    assert "word_counts" in text
+    assert "mismatched: 'fox' batch=1 stream=2" in text
+    assert "had not caught up" in text
+    assert "DIFFERENCES FOUND (exit 3)" in text
+    assert "no differences (exit 0)" in summary(report(inventory=entry()))
+
+
+def test_command_line_defaults_to_a_local_master() -> None:
+    options = parse_args(["--out", "x", "--bootstrap", "b:1"])
+    assert (options.master, options.bootstrap, options.repair) == ("local[*]", "b:1", False)
+    assert parse_args(["--out", "x", "--repair", "--master", "local[2]"]).master == "local[2]"
+
+
+def test_nightly_cron_default_runs_at_two_utc() -> None:
+    after = datetime(2024, 1, 1, 3, 0, tzinfo=UTC)
+    assert next_run("0 2 * * *", after) == datetime(2024, 1, 2, 2, 0, tzinfo=UTC)
+
+
+def test_nightly_keeps_the_newest_runs(tmp_path: Path) -> None:
+    for name in ("20240101T020000Z", "20240102T020000Z", "20240103T020000Z"):
+        (tmp_path / name).mkdir()
+    prune(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["20240102T020000Z", "20240103T020000Z"]
+
+
+def test_nightly_runs_the_job_with_its_options(tmp_path: Path) -> None:
+    args = argparse.Namespace(bootstrap="k:9092", repair=True, master=None, out_root=tmp_path)
+    command = Scheduler(args).command(tmp_path / "run")
+    assert command[1:] == [
+        "-m",
+        "jobs.recompute",
+        "--bootstrap",
+        "k:9092",
+        "--out",
+        str(tmp_path / "run"),
+        "--repair",
+    ]
