@@ -154,6 +154,11 @@ def _differs(entry: dict[str, Any]) -> bool:
     return any(entry[k] for k in compare.DIFFERENCES)
 
 
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def summary(report: dict[str, Any]) -> str:
     """The human summary printed on stdout."""
     cut = report["cut"]
@@ -177,8 +182,8 @@ def summary(report: dict[str, Any]) -> str:
         )
         for example in entry["examples"][:3]:
             lines.append(
-                f"      {example['status']}: {example['key']!r} batch={example['batch']!r}"
-                f" stream={example['stream']!r}"
+                f"      {example['status']}: {example['key']!r}"
+                f" batch={_short(example['batch'])} stream={_short(example['stream'])}"
             )
     differs = any(_differs(e) for e in report["tables"].values())
     if report["corrections_published"]:
