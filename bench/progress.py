@@ -18,6 +18,9 @@ class Progress:
     series: list[tuple[float, float]] = field(default_factory=list)
     finished: bool = False
     elapsed_s: float = 0.0
+    #: The group's committed records and the topics' records at the last poll.
+    committed: dict[str, int] = field(default_factory=dict)
+    ends: dict[str, int] = field(default_factory=dict)
 
     @property
     def done(self) -> float:
@@ -60,9 +63,10 @@ async def watch_group(
     async with OffsetWatch(bootstrap, group) as watch:
         while True:
             committed = await watch.committed()
-            ends = await watch.ends(downstream)
+            ends = await watch.ends([source, *downstream])
             now = time.monotonic()
             done = processed(committed, ends, source, downstream)
+            progress.committed, progress.ends = committed, ends
             progress.series.append((now - started, done))
             if done > 0 and first_progress is None:
                 first_progress = now

@@ -52,7 +52,10 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     if not progress.finished:
         notes.append(
             f"Not finished in {sizes.inventory_max_s:.0f} s: {progress.done:,.0f} of "
-            f"{events:,} events processed; the rate is over that window."
+            f"{events:,} events processed; the rate is over that window. At the end it had "
+            f"committed {progress.committed.get(ITEM_EVENTS, 0):,} store events and "
+            f"{progress.committed.get(SALES_REPARTITION, 0):,} of "
+            f"{progress.ends.get(SALES_REPARTITION, 0):,} sales repartition records."
         )
     return Outcome(
         figures={"events_per_s": steady_rate(progress.series)},

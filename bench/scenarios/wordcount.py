@@ -111,9 +111,9 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     asyncio.run(truncate(kafka.bootstrap, [TEXT_LINES, REPARTITION]))
     notes = [
         f"{lines:,} lines of ten words preloaded in {preload_s:.0f} s; 8 partitions.",
-        "A project worker was started and stopped once before, on the empty topics: on a "
-        "fresh cluster the first assignment ignores the repartition topics the worker "
-        "creates while starting, and count_words consumes nothing until a rebalance.",
+        "A project worker was started and stopped once before, on the empty topics, so that "
+        "its repartition topic exists: on a fresh cluster the first assignment ignores it "
+        "('Ignoring missing topic').",
         "Project and faust baseline rates come from the consumer group's committed offsets "
         "(text-lines and, for the project, its repartition topic), from the first commit "
         "to the end of the run; start-up is excluded.",
@@ -123,11 +123,17 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     if not project.finished:
         notes.append(
             f"The project worker did not finish in {sizes.wordcount_max_s:.0f} s: "
-            f"{project.done:,.0f} of {lines:,} lines processed; its rate is over that window."
+            f"{project.done:,.0f} of {lines:,} lines processed; its rate is over that window. "
+            f"At the end it had committed {project.committed.get(TEXT_LINES, 0):,} lines "
+            f"split and {project.committed.get(REPARTITION, 0):,} of "
+            f"{project.ends.get(REPARTITION, 0):,} repartition records counted."
         )
+    rate = steady_rate(project.series)
+    if rate is None and project.done == 0:
+        rate = 0.0  # the worker ran the whole window and counted nothing
     return Outcome(
         figures={
-            "events_per_s": steady_rate(project.series),
+            "events_per_s": rate,
             "baseline_faust_events_per_s": steady_rate(baseline.series),
             "ceiling_aiokafka_events_per_s": ceiling["events_per_s"],
         },
