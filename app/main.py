@@ -55,6 +55,7 @@ class StreamstateApp(faust.App):
             specs = topics.topic_specs(
                 self.settings.topic_partitions, self.settings.source_retention_ms
             )
+            specs += internal_topic_specs(self, {spec.name for spec in specs})
             await ensure_topics(
                 self.settings.bootstrap_servers, specs, self.settings.topic_replication_factor
             )
@@ -106,6 +107,33 @@ def create_app(settings: Settings) -> StreamstateApp:
     app.web_server(LegacyWebDisabled)
     app.pipeline = build_pipeline(app, settings)
     return app
+
+
+def internal_topic_specs(app: faust.App, known: set[str]) -> list[topics.TopicSpec]:
+    """The repartition and changelog topics faust would create itself.
+
+    They are created before the consumer subscribes: a topic that appears after the
+    first assignment is left out of it ("Ignoring missing topic"), and its records wait
+    for the next rebalance.
+    """
+    channels: list[Any] = [agent.channel for agent in app.agents.values()]
+    channels += [table.changelog_topic for table in app.tables.values()]
+    leader: Any = app._leader_assignor
+    channels.append(leader._leader_topic)
+    specs: dict[str, topics.TopicSpec] = {}
+    for channel in channels:
+        if not getattr(channel, "internal", False):
+            continue
+        config = {str(k): str(v) for k, v in (channel.config or {}).items()}
+        if channel.compacting:
+            config["cleanup.policy"] = "compact,delete" if channel.deleting else "compact"
+        if channel.retention is not None:
+            config["retention.ms"] = str(int(channel.retention * 1000))
+        partitions = channel.partitions or app.conf.topic_partitions
+        for name in channel.topics:
+            if name not in known:
+                specs[name] = topics.TopicSpec(name, partitions, config)
+    return list(specs.values())
 
 
 def source_topics(app: faust.App, settings: Settings) -> dict[str, Any]:
