@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from tests.support.kafka import ROOT, LocalKafka, local_kafka
 from tests.support.workers import Worker
@@ -57,3 +62,61 @@ def test_worker_serves_health_before_and_ready_after_assignment(
     finally:
         worker.stop()
     assert "Traceback" not in worker.log_text()
+
+
+def test_local_kafka_produces_consumes_and_keeps_topic_configs(kafka: LocalKafka) -> None:
+    asyncio.run(_round_trip_with_a_compacted_topic(kafka.bootstrap))
+
+
+async def _round_trip_with_a_compacted_topic(bootstrap: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [NewTopic("foundation-compacted", 3, 1, topic_configs={"cleanup.policy": "compact"})]
+        )
+        described = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "foundation-compacted")]
+        )
+        configs = {
+            entry[0]: entry[1] for response in described for entry in response.resources[0][4]
+        }
+        assert configs["cleanup.policy"] == "compact"
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        for n in range(10):
+            await producer.send_and_wait("foundation-compacted", f"v{n}".encode(), key=b"k%d" % n)
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(
+        "foundation-compacted", bootstrap_servers=bootstrap, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        seen: dict[bytes, bytes] = {}
+        while len(seen) < 10:
+            batches = await consumer.getmany(timeout_ms=5000)
+            assert batches, "no records came back"
+            for records in batches.values():
+                seen.update((r.key, r.value) for r in records if r.key and r.value)
+        assert seen == {b"k%d" % n: f"v{n}".encode() for n in range(10)}
+    finally:
+        await consumer.stop()
+
+
+def test_kafka_down_stops_the_jvm_it_started(tmp_path: Path) -> None:
+    cluster = LocalKafka(port=39192, brokers=1, directory=tmp_path / "own")
+    cluster.up()
+    try:
+        (pid,) = cluster.pids()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"kafka.Kafka" in command
+        with socket.create_connection(("127.0.0.1", 39192), timeout=5):
+            pass
+    finally:
+        cluster.down()
+    assert not Path(f"/proc/{pid}").exists()
+    assert cluster.pids() == []
