@@ -63,5 +63,8 @@ nightly: install kafka-up spark-jars
 bench: install
 	$(PY) -m bench $(BENCH_ARGS)
 
+chaos: install kafka-jars
+	$(PY) -m chaos $(CHAOS_ARGS)
+
 clean:
 	rm -rf .data .pytest_cache .mypy_cache .ruff_cache

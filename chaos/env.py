@@ -1,0 +1,247 @@
+"""The processes a scenario runs: a local Kafka, workers, and helpers to observe them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.kafka import ROOT, LocalKafka
+from tests.support.workers import Worker
+
+#: Kafka client ports of the chaos suite (other suites use 39092-47092).
+SINGLE_PORT = int(os.environ.get("CHAOS_KAFKA_PORT", "49092"))
+TRIPLE_PORT = int(os.environ.get("CHAOS_KAFKA3_PORT", "51092"))
+#: Workers' data dirs and logs, per Kafka port so that two runs never share one.
+WORK = ROOT / ".cache" / "chaos" / str(SINGLE_PORT)
+
+#: Worker settings every scenario uses: a short session so a killed worker is noticed.
+WORKER_ENV = {"TOPIC_PARTITIONS": "8"}
+
+
+@contextmanager
+def cluster(name: str, brokers: int = 1) -> Iterator[LocalKafka]:
+    """A fresh local Kafka for one scenario, stopped afterwards."""
+    port = TRIPLE_PORT if brokers > 1 else SINGLE_PORT
+    directory = ROOT / ".cache" / "test-kafka" / f"chaos-{name}"
+    kafka = LocalKafka(port=port, brokers=brokers, directory=directory)
+    try:
+        reset(kafka)
+        yield kafka
+    finally:
+        kafka.down()
+
+
+def reset(kafka: LocalKafka) -> None:
+    """Stop the cluster, delete its data and start it again: every topic is gone."""
+    kafka.down()
+    shutil.rmtree(kafka.directory, ignore_errors=True)
+    start(kafka)
+
+
+def start(kafka: LocalKafka, attempts: int = 4, timeout: float = 60.0) -> None:
+    """Start the nodes of the cluster that are not running; retry when one fails.
+
+    The chaos ports lie in Linux's ephemeral port range: a client that keeps
+    reconnecting to a stopped broker can get the broker's port as its own local port
+    and connect to itself (TCP self-connect), and the broker then fails to bind. Such a
+    socket lasts a moment, so waiting for the ports to be free and retrying works.
+    """
+    env = {**kafka.env(), "KAFKA_START_TIMEOUT": str(int(timeout))}
+    for attempt in range(1, attempts + 1):
+        _wait_ports_free(kafka)
+        done = subprocess.run([str(ROOT / "ops/kafka.sh"), "up"], env=env, check=False)
+        if done.returncode == 0:
+            return
+        if attempt == attempts:
+            raise RuntimeError(f"Kafka on {kafka.bootstrap} did not start in {attempts} tries")
+        time.sleep(2)
+
+
+def _wait_ports_free(kafka: LocalKafka, timeout: float = 60.0) -> None:
+    """Wait until no socket holds a client or controller port of the cluster."""
+    ports = [kafka.port + offset for offset in range(2 * kafka.brokers)]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        busy = [p for p in ports if not _bindable(p)]
+        if not busy:
+            return
+        time.sleep(1.0)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def workdir(name: str) -> Path:
+    path = WORK / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+@dataclass
+class Group:
+    """Workers of one scenario; every one is stopped (by pid) when the scenario ends."""
+
+    kafka: LocalKafka
+    directory: Path
+    env: dict[str, str] = field(default_factory=dict)
+    workers: list[Worker] = field(default_factory=list)
+
+    def add(self, name: str) -> Worker:
+        worker = Worker(
+            self.kafka, self.directory / name, extra_env={**WORKER_ENV, **self.env}
+        ).start()
+        self.workers.append(worker)
+        return worker
+
+    def restart(self, worker: Worker) -> Worker:
+        """Start a stopped or killed worker again on the same data dir and port."""
+        worker.start()
+        return worker
+
+    def stop_all(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+
+
+@contextmanager
+def group(kafka: LocalKafka, directory: Path, **env: str) -> Iterator[Group]:
+    workers = Group(kafka, directory, dict(env))
+    try:
+        yield workers
+    finally:
+        workers.stop_all()
+
+
+def pid(worker: Worker) -> int | None:
+    return worker.process.pid if worker.process is not None else None
+
+
+def crashes(worker: Worker) -> int:
+    """Agent crashes and restarts the worker logged (faust restarts a crashed agent)."""
+    text = worker.log_text()
+    return text.count("Crashed reason") + text.count("Restarting dead")
+
+
+def kill_broker(kafka: LocalKafka, node: int) -> int:
+    """kill -9 one broker node (1-based) by the pid its pid file holds."""
+    pidfile = kafka.directory / f"node-{node}" / "kafka.pid"
+    broker = int(pidfile.read_text())
+    os.kill(broker, signal.SIGKILL)
+    for _ in range(100):
+        try:
+            os.kill(broker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    return broker
+
+
+def scan(worker: Worker, table: str, timeout: float = 15.0) -> dict[str, Any]:
+    """Every key of a table through one worker's API (all pages)."""
+    items: dict[str, Any] = {}
+    cursor: str | None = None
+    while True:
+        query = {"limit": "1000", **({"cursor": cursor} if cursor else {})}
+        status, body = worker.get(
+            f"/tables/{table}/keys?{urllib.parse.urlencode(query)}", timeout=timeout
+        )
+        if status != 200:
+            raise RuntimeError(f"scan of {table} answered {status}: {body}")
+        for item in body["items"]:
+            items[item["key"]] = item["value"]
+        missing = body["partitions"].get("missing") or []
+        if missing:
+            raise RuntimeError(f"scan of {table}: partitions {missing} missing")
+        cursor = body.get("next_cursor")
+        if not cursor:
+            return items
+
+
+def metric(worker: Worker, name: str, **labels: str) -> float:
+    """The sum of one Prometheus metric's samples that carry ``labels``."""
+    status, text = worker.get("/metrics")
+    if status != 200 or not isinstance(text, str):
+        raise RuntimeError(f"/metrics answered {status}")
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        metric_name, _, label_text = head.partition("{")
+        if metric_name != name:
+            continue
+        if all(f'{k}="{v}"' in label_text for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+class Trap:
+    """A TCP listener that counts connections: a host no request may make a worker call."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.port = int(self.sock.getsockname()[1])
+        self.hits = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.hits += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
+def replication(bootstrap: str, topics: list[str]) -> dict[str, int]:
+    """The smallest replica count over each topic's partitions."""
+    import asyncio
+
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    async def describe() -> dict[str, int]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            found = await admin.describe_topics(topics)
+        finally:
+            await admin.close()
+        return {
+            t["topic"]: min((len(p["replicas"]) for p in t["partitions"]), default=0) for t in found
+        }
+
+    return asyncio.run(describe())

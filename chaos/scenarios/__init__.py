@@ -1,0 +1,1 @@
+"""One module per fault; each exposes ``run(...) -> dict`` with the scenario's figures."""
