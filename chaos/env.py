@@ -33,7 +33,7 @@ WORKER_ENV = {"TOPIC_PARTITIONS": "8"}
 def cluster(name: str, brokers: int = 1) -> Iterator[LocalKafka]:
     """A fresh local Kafka for one scenario, stopped afterwards."""
     port = TRIPLE_PORT if brokers > 1 else SINGLE_PORT
-    directory = ROOT / ".cache" / "test-kafka" / f"chaos-{name}"
+    directory = ROOT / ".cache" / "test-kafka" / f"chaos-{name}-{port}"
     kafka = LocalKafka(port=port, brokers=brokers, directory=directory)
     try:
         reset(kafka)

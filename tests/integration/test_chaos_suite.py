@@ -2,7 +2,7 @@
 
 Each test runs one scenario of ``chaos/`` against its own Kafka (port 49092) and real
 worker processes, and asserts that scenario's checks (chaos/checks.py). A check marked as
-a known defect (exactly_once after kill -9) is measured and recorded, not asserted.
+a known defect is measured and recorded, not asserted.
 """
 
 from __future__ import annotations
@@ -57,18 +57,19 @@ def test_a_worker_with_a_lost_disk_restores_every_table_from_the_changelogs(
     assert_checks(checks.lost_disk(figures), figures, tmp_path / "lost_disk.json")
 
 
-def test_kill9_under_load_is_measured_and_a_clean_stop_stays_exact(
+def test_kill9_under_load_never_loses_a_count_and_a_clean_stop_stays_exact(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:
+    """at_least_once, where the guarantee holds: the over-count of one kill -9 is
+    measured (kept in the figures), no word is under-counted, and a SIGTERM stop under
+    load adds no drift. exactly_once is measured by ``make chaos`` (known defect)."""
     plan = KillPlan(
-        "exactly_once", kills=1, load_before_kill_s=(3.0, 5.0), load_after_restart_s=2.0
+        "at_least_once", kills=1, load_before_kill_s=(3.0, 5.0), load_after_restart_s=2.0
     )
     figures = kill_worker.run(kafka, plan)
-    found = checks.kill_worker(figures)
-    assert_checks(found, figures, tmp_path / "kill.json")
-    # Measured, not asserted (known defect): the drift one kill -9 adds under exactly_once.
-    assert figures["kills"] == 1
+    assert_checks(checks.kill_worker(figures), figures, tmp_path / "kill.json")
     assert len(figures["over_count_per_kill"]) == 1
+    assert figures["over_count_per_kill"][0] >= 0
 
 
 def test_workers_survive_the_broker_going_away_and_catch_up(
