@@ -93,9 +93,10 @@ class KeyMetadata(BaseModel):
 
 
 class Readiness(BaseModel):
-    status: Literal["ready", "recovering"]
+    status: Literal["ready", "recovering", "broker-unreachable"]
     assigned: int
     progress: dict[str, Any] | None = None
+    detail: str | None = None
 
 
 class PartitionScan(BaseModel):

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from api.broker import BrokerProbe
 from api.deps import Worker
 from api.schemas import Readiness
 
@@ -17,6 +18,13 @@ router = APIRouter(tags=["health"])
 async def health() -> dict[str, str]:
     """200 while the process runs."""
     return {"status": "ok"}
+
+
+def broker_probe(worker: Any) -> BrokerProbe:
+    probe: BrokerProbe | None = getattr(worker, "broker_probe", None)
+    if probe is None:
+        probe = worker.broker_probe = BrokerProbe(worker.settings.bootstrap_servers)
+    return probe
 
 
 def restore_progress(worker: Any) -> dict[str, Any]:
@@ -45,7 +53,9 @@ def restore_progress(worker: Any) -> dict[str, Any]:
 @router.get(
     "/ready",
     response_model=Readiness,
-    responses={503: {"model": Readiness, "description": "recovering or not yet assigned"}},
+    responses={
+        503: {"model": Readiness, "description": "recovering, not yet assigned, or no broker"}
+    },
 )
 async def ready(worker: Worker) -> JSONResponse:
     """200 once the worker holds an assignment and its active partitions are recovered;
@@ -55,6 +65,16 @@ async def ready(worker: Worker) -> JSONResponse:
     except Exception:  # no assignment before the first rebalance
         assignment = set()
     progress = restore_progress(worker)
+    if not await broker_probe(worker).reachable():
+        return JSONResponse(
+            {
+                "status": "broker-unreachable",
+                "assigned": len(assignment),
+                "detail": "no Kafka broker answers at " + worker.settings.bootstrap_servers,
+            },
+            status_code=503,
+            headers={"Retry-After": "2"},
+        )
     if worker.rebalancing or not assignment or progress["remaining_total"]:
         return JSONResponse(
             {"status": "recovering", "assigned": len(assignment), "progress": progress},
