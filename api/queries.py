@@ -24,6 +24,9 @@ logger = logging.getLogger(__name__)
 
 #: Longest accepted key, in UTF-8 bytes.
 MAX_KEY_BYTES = 1024
+#: How often the peers are asked before a read gives up with 503, and the pause between.
+PEER_ATTEMPTS = 3
+PEER_RETRY_SECONDS = 0.3
 
 
 def encode_key(key: str) -> bytes:
@@ -92,6 +95,17 @@ def relayable(answer: PeerAnswer) -> bool:
     return answer.status < 500 and answer.status != 421 and isinstance(answer.body, dict)
 
 
+def trustworthy(answer: PeerAnswer) -> bool:
+    """A 200 from any copy, or a 404 from a copy known to be caught up.
+
+    A standby or restoring copy that lags (or cannot say its lag) may simply not have
+    received the key yet: its "absent" is not an answer.
+    """
+    if answer.status == 200:
+        return True
+    return bool(answer.body.get("replica") == "active" or answer.body.get("offset_lag") == 0)
+
+
 def best_answer(answers: list[PeerAnswer | None]) -> PeerAnswer | None:
     """The best answer of peers asked for their own copy (200 or 404 with a replica)."""
     usable = [
@@ -101,6 +115,7 @@ def best_answer(answers: list[PeerAnswer | None]) -> PeerAnswer | None:
         and a.status in (200, 404)
         and isinstance(a.body, dict)
         and a.body.get("replica") in ("active", "standby")
+        and trustworthy(a)
     ]
     return min(usable, key=rank) if usable else None
 
@@ -190,10 +205,17 @@ class Queries:
         self, query: KeyQuery, owner: str | None, candidates: list[PeerAnswer | None]
     ) -> Answer:
         peers = [url for url in self.routing.peers() if url != owner]
-        answers = await asyncio.gather(
-            *(self.peers.get(url, query.path, query.params, purpose="standby") for url in peers)
-        )
-        best = best_answer(candidates + list(answers))
+        best: PeerAnswer | None = None
+        for attempt in range(PEER_ATTEMPTS):
+            if attempt:
+                # Copies catch up within moments of a failover; ask again before a 503.
+                await asyncio.sleep(PEER_RETRY_SECONDS)
+            answers = await asyncio.gather(
+                *(self.peers.get(url, query.path, query.params, purpose="standby") for url in peers)
+            )
+            best = best_answer(candidates + list(answers))
+            if best is not None:
+                break
         if best is None:
             logger.warning(
                 "no copy of %s[%d] answered: owner %s, peers %s",

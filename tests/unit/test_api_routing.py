@@ -114,3 +114,12 @@ def test_path_segments_survive_slashes_and_dots() -> None:
     assert quote_segment("..") == "%2E%2E"
     assert quote_segment("café?") == "caf%C3%A9%3F"
     assert normalize_url("http://h:1/") == "http://h:1"
+
+
+def test_an_absent_key_from_a_lagging_copy_is_not_an_answer() -> None:
+    assert best_answer([answer(404, "standby", 3, "a")]) is None
+    assert best_answer([answer(404, "standby", None, "a")]) is None
+    found = answer(200, "standby", 3, "b")
+    assert best_answer([answer(404, "standby", None, "a"), found]) is found
+    caught_up = answer(404, "standby", 0, "c")
+    assert best_answer([answer(404, "standby", 2, "a"), caught_up]) is caught_up
