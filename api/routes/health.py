@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from api.broker import BrokerProbe
+from api.broker import consumer_connected
 from api.deps import Worker
 from api.schemas import Readiness
 
@@ -18,13 +18,6 @@ router = APIRouter(tags=["health"])
 async def health() -> dict[str, str]:
     """200 while the process runs."""
     return {"status": "ok"}
-
-
-def broker_probe(worker: Any) -> BrokerProbe:
-    probe: BrokerProbe | None = getattr(worker, "broker_probe", None)
-    if probe is None:
-        probe = worker.broker_probe = BrokerProbe(worker.settings.bootstrap_servers)
-    return probe
 
 
 def restore_progress(worker: Any) -> dict[str, Any]:
@@ -65,12 +58,13 @@ async def ready(worker: Worker) -> JSONResponse:
     except Exception:  # no assignment before the first rebalance
         assignment = set()
     progress = restore_progress(worker)
-    if not await broker_probe(worker).reachable():
+    if consumer_connected(worker) is False:
         return JSONResponse(
             {
                 "status": "broker-unreachable",
                 "assigned": len(assignment),
-                "detail": "no Kafka broker answers at " + worker.settings.bootstrap_servers,
+                "detail": "no live connection to any Kafka broker of "
+                + worker.settings.bootstrap_servers,
             },
             status_code=503,
             headers={"Retry-After": "2"},

@@ -1,27 +1,35 @@
-"""The broker reachability probe behind /ready."""
+"""Readiness asks the worker's consumer whether it holds a live broker connection."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
+from types import SimpleNamespace
+from typing import Any
 
-from api.broker import BrokerProbe
-
-
-def unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from api.broker import consumer_connected
 
 
-async def test_a_listening_broker_is_reachable() -> None:
-    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    async with server:
-        probe = BrokerProbe(f"127.0.0.1:{unused_port()},127.0.0.1:{port}")
-        assert await probe.reachable()
+class Connection:
+    def __init__(self, up: bool) -> None:
+        self.up = up
+
+    def connected(self) -> bool:
+        return self.up
 
 
-async def test_no_listening_broker_is_unreachable() -> None:
-    probe = BrokerProbe(f"127.0.0.1:{unused_port()}")
-    assert not await probe.reachable()
+def worker_with(*states: bool) -> Any:
+    client = SimpleNamespace(_conns={n: Connection(up) for n, up in enumerate(states)})
+    thread = SimpleNamespace(_consumer=SimpleNamespace(_client=client))
+    return SimpleNamespace(consumer=SimpleNamespace(_thread=thread))
+
+
+def test_one_live_connection_is_enough() -> None:
+    assert consumer_connected(worker_with(False, True)) is True
+
+
+def test_no_live_connection_means_unreachable() -> None:
+    assert consumer_connected(worker_with(False, False)) is False
+    assert consumer_connected(worker_with()) is False
+
+
+def test_before_the_consumer_starts_nothing_is_known() -> None:
+    assert consumer_connected(SimpleNamespace(consumer=SimpleNamespace())) is None
