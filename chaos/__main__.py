@@ -1,7 +1,7 @@
 """``python -m chaos [--quick] [--only NAME,...]``: run the scenarios, write the summary.
 
-Every scenario runs against its own local Kafka on loopback (single node on port 49092,
-three nodes on 51092) and its own worker processes, which it stops by process id.
+Every scenario runs against its own local Kafka on loopback (single node on port 29192,
+three nodes on 29292) and its own worker processes, which it stops by process id.
 """
 
 from __future__ import annotations

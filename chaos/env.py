@@ -19,9 +19,11 @@ from typing import Any
 from tests.support.kafka import ROOT, LocalKafka
 from tests.support.workers import Worker
 
-#: Kafka client ports of the chaos suite (other suites use 39092-47092).
-SINGLE_PORT = int(os.environ.get("CHAOS_KAFKA_PORT", "49092"))
-TRIPLE_PORT = int(os.environ.get("CHAOS_KAFKA3_PORT", "51092"))
+#: Kafka client ports of the chaos suite, below Linux's ephemeral range (32768-60999):
+#: workers keep reconnecting to a stopped broker, and a reconnect to a port in that range
+#: can connect to itself (TCP self-connect) and keep the broker from binding it again.
+SINGLE_PORT = int(os.environ.get("CHAOS_KAFKA_PORT", "29192"))
+TRIPLE_PORT = int(os.environ.get("CHAOS_KAFKA3_PORT", "29292"))
 #: Workers' data dirs and logs, per Kafka port so that two runs never share one.
 WORK = ROOT / ".cache" / "chaos" / str(SINGLE_PORT)
 

@@ -1,6 +1,6 @@
 """The CI-sized chaos suite: the scenarios of ``make chaos`` at a smaller size.
 
-Each test runs one scenario of ``chaos/`` against its own Kafka (port 49092) and real
+Each test runs one scenario of ``chaos/`` against its own Kafka (port 29192) and real
 worker processes, and asserts that scenario's checks (chaos/checks.py). A check marked as
 a known defect is measured and recorded, not asserted.
 """
