@@ -23,6 +23,7 @@ from faust import StreamT
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, ValidationError
 
 from agents.dlq import DeadLetters
+from agents.raw import raw_topic
 from app.models import Correction
 from app.semantics import HOUR_MS, InvalidEvent, parse_record
 from app.settings import Settings
@@ -131,16 +132,7 @@ def register(app: faust.App, settings: Settings, tables: Tables) -> DeadLetters:
         for s in topic_specs(settings.topic_partitions, settings.source_retention_ms)
         if s.name == CORRECTIONS
     )
-    source = app.topic(
-        CORRECTIONS,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=spec.partitions,
-        config=spec.config,
-        internal=True,
-    )
+    source = raw_topic(app, spec)
     dlq = DeadLetters(app, [CORRECTIONS], settings.topic_partitions, settings.source_retention_ms)
     targets = _targets(tables)
 

@@ -15,6 +15,7 @@ from mode import ServiceT
 
 from agents import corrections, inventory, products, sales, settling, words
 from agents.dlq import DeadLetters
+from agents.raw import raw_topic
 from api import create_api
 from api.server import ApiServer, LegacyWebDisabled
 from app import topics
@@ -139,17 +140,7 @@ def internal_topic_specs(app: faust.App, known: set[str]) -> list[topics.TopicSp
 def source_topics(app: faust.App, settings: Settings) -> dict[str, Any]:
     """The source topics, raw bytes in and out: the agents validate every record."""
     return {
-        spec.name: app.topic(
-            spec.name,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=spec.partitions,
-            config=spec.config,
-            # faust creates the topics it declares as internal, with these settings.
-            internal=True,
-        )
+        spec.name: raw_topic(app, spec)
         for spec in topics.topic_specs(settings.topic_partitions, settings.source_retention_ms)
         if spec.name in topics.SOURCE_TOPICS
     }
