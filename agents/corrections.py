@@ -28,6 +28,7 @@ from app.models import Correction
 from app.semantics import HOUR_MS, InvalidEvent, parse_record
 from app.settings import Settings
 from app.topics import CORRECTIONS, topic_specs
+from tables.batch import BatchProcessor
 from tables.definitions import INVENTORY, SALES_BY_CATEGORY, SALES_WINDOW_S, WORD_COUNTS, Tables
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,9 @@ def _targets(tables: Tables) -> dict[str, Any]:
     }
 
 
-def register(app: faust.App, settings: Settings, tables: Tables) -> DeadLetters:
+def register(
+    app: faust.App, settings: Settings, tables: Tables, processor: BatchProcessor
+) -> DeadLetters:
     """Declare the corrections agent; return its dead-letter sender."""
     spec = next(
         s
@@ -145,16 +148,18 @@ def register(app: faust.App, settings: Settings, tables: Tables) -> DeadLetters:
                 await dlq.send(event, error.reason)
                 continue
             table = targets[name]
-            current = table.data.get(key) if key in table else None
-            if has_expected and current != expected:
-                reason = f"stale: {name} {key!r} changed since the batch cut"
-                await dlq.send(event, reason)
-                continue
-            if value is None:
-                if key in table:
-                    del table[key]
-            else:
-                table[key] = value
+            # A batched agent's read-modify-write of this partition must not straddle it.
+            async with processor.lock(table, event.message.partition):
+                current = table.data.get(key) if key in table else None
+                if has_expected and current != expected:
+                    reason = f"stale: {name} {key!r} changed since the batch cut"
+                    await dlq.send(event, reason)
+                    continue
+                if value is None:
+                    if key in table:
+                        del table[key]
+                else:
+                    table[key] = value
             logger.info("correction applied to %s %r", name, key)
 
     return dlq

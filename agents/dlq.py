@@ -13,6 +13,7 @@ from typing import Any
 import faust
 
 from app.topics import dlq_topic
+from tables.batch import Output
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +39,8 @@ class DeadLetters:
         }
         self.sent: Counter[str] = Counter()
 
-    async def send(self, event: Any, reason: str) -> None:
-        """Publish the event's original bytes to its source's dead-letter topic."""
+    def record(self, event: Any, reason: str) -> Output:
+        """The dead-letter record of an event, for a batch to publish with its outputs."""
         message = event.message
         headers: list[tuple[str, bytes]] = [
             ("error", reason.encode("utf-8")),
@@ -47,9 +48,14 @@ class DeadLetters:
             ("source-partition", str(message.partition).encode()),
             ("source-offset", str(message.offset).encode()),
         ]
-        topic: Any = self.topics[message.topic]
-        await topic.send(key=message.key, value=message.value, headers=headers)
         self.sent[message.topic] += 1
         logger.warning(
             "dead letter %s[%d]@%d: %s", message.topic, message.partition, message.offset, reason
         )
+        return Output(dlq_topic(message.topic), message.key, message.value, headers=headers)
+
+    async def send(self, event: Any, reason: str) -> None:
+        """Publish the event's original bytes to its source's dead-letter topic."""
+        out = self.record(event, reason)
+        topic: Any = self.topics[event.message.topic]
+        await topic.send(key=out.key, value=out.value, headers=out.headers)

@@ -18,7 +18,8 @@ from aiokafka import TopicPartition
 from api.errors import BadRequest, NoReplica, NotFound, NotHeldHere
 from api.local import LocalCopy, LocalState, Window
 from api.peers import PeerAnswer, Peers, quote_segment
-from api.routing import QueryTable, Routing, partition_for, query_tables
+from api.routing import QueryTable, Routing, query_tables
+from app.topics import partition_for
 
 logger = logging.getLogger(__name__)
 

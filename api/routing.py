@@ -12,17 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from aiokafka.partitioner import murmur2
-
 from app.topics import PRODUCTS
 
 Kind = Literal["table", "windowed", "global"]
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner gives ``key`` (murmur2, like Java)."""
-    hashed: int = murmur2(key)
-    return (hashed & 0x7FFFFFFF) % partitions
 
 
 def normalize_url(url: Any) -> str:

@@ -21,7 +21,8 @@ from api.errors import BadRequest
 from api.local import LocalCopy
 from api.peers import PeerAnswer, quote_segment
 from api.queries import Queries, catalog_lag
-from api.routing import QueryTable, partition_for
+from api.routing import QueryTable
+from app.topics import partition_for
 
 
 def encode_cursor(table: str, prefix: str, key: str) -> str:

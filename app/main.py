@@ -20,7 +20,9 @@ from api import create_api
 from api.server import ApiServer, LegacyWebDisabled
 from app import topics
 from app.admin import ensure_topics
+from app.fetching import seek_back_on_skip
 from app.settings import Settings
+from tables.batch import BatchProcessor
 from tables.catalog import ProductCatalog
 from tables.checkpoint import discard_if_unclean, mark_clean
 from tables.definitions import Tables, declare_tables
@@ -36,6 +38,7 @@ class Pipeline:
     catalog: ProductCatalog
     dead_letters: DeadLetters
     sources: dict[str, Any]
+    processor: BatchProcessor
 
 
 class StreamstateApp(faust.App):
@@ -61,10 +64,29 @@ class StreamstateApp(faust.App):
                 self.settings.bootstrap_servers, specs, self.settings.topic_replication_factor
             )
 
+    async def _stop_consumer(self) -> None:
+        await super()._stop_consumer()
+        consumer: Any = self._consumer
+        if self.in_transaction and consumer is not None:
+            # The transactions have just been committed and ended. faust's consumer would
+            # commit again on its timer and when it stops, outside any transaction
+            # (IllegalOperation "Not in the middle of a transaction"), and crash the stop.
+            async def already_ended(*args: Any, **kwargs: Any) -> bool:
+                return False
+
+            consumer.commit = already_ended
+            consumer.commit_and_end_transactions = already_ended
+
     async def on_shutdown(self) -> None:
         await super().on_shutdown()
         if not (self.producer_only or self.client_only) and not self.crashed:
             mark_clean(Path(self.conf.datadir))
+
+    def _new_consumer(self) -> Any:
+        consumer = super()._new_consumer()
+        seek_back_on_skip(consumer)
+        self.pipeline.processor.install_skip_watch(consumer)
+        return consumer
 
     def on_init_dependencies(self) -> Iterable[ServiceT]:
         deps = list(super().on_init_dependencies())
@@ -158,13 +180,16 @@ def build_pipeline(app: StreamstateApp, settings: Settings) -> Pipeline:
         topic=topics.PRODUCTS,
         path=Path(app.conf.datadir) / "catalog" / "products",
     )
-    words.register(app, settings, sources[topics.TEXT_LINES], tables.word_counts, dlq)
+    processor = BatchProcessor(app)
+    revoked: Any = app.on_partitions_revoked
+    revoked.connect(processor.on_revoked_signal)
+    words.register(app, settings, sources[topics.TEXT_LINES], tables.word_counts, dlq, processor)
     sales_feed = inventory.register(
         app, settings, sources[topics.ITEM_EVENTS], tables.inventory, catalog, dlq
     )
     sales.register(app, sales_feed, tables.sales_by_category)
     products.register(app, settings, sources[topics.PRODUCTS], dlq)
-    corrections.register(app, settings, tables)
+    corrections.register(app, settings, tables, processor)
     settling.register(app, settings, tables.unsettled_sales, dlq)
 
     async def flush_standby_buffers() -> None:
@@ -176,7 +201,9 @@ def build_pipeline(app: StreamstateApp, settings: Settings) -> Pipeline:
 
     app.timer(settings.standby_flush_interval, name="flush_standby_buffers")(flush_standby_buffers)
 
-    return Pipeline(tables=tables, catalog=catalog, dead_letters=dlq, sources=sources)
+    return Pipeline(
+        tables=tables, catalog=catalog, dead_letters=dlq, sources=sources, processor=processor
+    )
 
 
 settings = Settings()

@@ -59,6 +59,10 @@ class Settings(BaseSettings):
     source_retention_ms: int = -1
     #: Largest accepted event value, in bytes; larger ones go to the DLQ.
     max_event_bytes: int = Field(64 * 1024, gt=0)
+    #: Batched agents take at most this many events per batch...
+    batch_max_events: int = Field(2000, gt=0)
+    #: ...and wait at most this long (seconds) to fill one.
+    batch_within_s: float = Field(0.1, gt=0)
     #: How often standby updates are flushed to RocksDB, in seconds.
     standby_flush_interval: float = Field(0.5, gt=0)
     #: How long a forwarded key read may take before a standby answers, in seconds.

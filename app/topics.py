@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiokafka.partitioner import murmur2
+
 TEXT_LINES = "text-lines"
 ITEM_EVENTS = "item-events"
 PRODUCTS = "products"
@@ -18,6 +20,12 @@ SETTLED_SALES = "settled-sales"
 CORRECTIONS = "corrections"
 
 SOURCE_TOPICS = (TEXT_LINES, ITEM_EVENTS, PRODUCTS, PAYMENTS)
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives ``key`` (murmur2, like Java)."""
+    hashed: int = murmur2(key)
+    return (hashed & 0x7FFFFFFF) % partitions
 
 
 def dlq_topic(source: str) -> str:

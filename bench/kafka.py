@@ -15,9 +15,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 
-from api.routing import partition_for
 from app.admin import ensure_topics
-from app.topics import topic_specs
+from app.topics import partition_for, topic_specs
 from bench.config import KAFKA_DIR, KAFKA_PORT, PARTITIONS, ROOT
 
 #: (key, value) of one record; key None means "spread round-robin".

@@ -136,6 +136,7 @@ def _summary(
         "under_count_total": rounds[-1]["words_under_total"] if rounds else None,
         "exact_after_every_kill": all(r["over_count_added"] == 0 for r in kills)
         and all(r["under_count_added"] == 0 for r in kills),
+        "inventory_exact_after_every_kill": all(r["stores_wrong"] == 0 for r in kills),
         "clean_stop_adds_drift": any(r["over_count_added"] or r["under_count_added"] for r in clean)
         if clean
         else None,

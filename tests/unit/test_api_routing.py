@@ -10,8 +10,9 @@ from api.local import Window
 from api.peers import PeerAnswer, quote_segment
 from api.queries import best_answer, encode_key, relayable, window_at, windows_between
 from api.routes.internal import parse_partitions
-from api.routing import normalize_url, partition_for
+from api.routing import normalize_url
 from api.scans import PartitionPage, better, decode_cursor, encode_cursor, merge
+from app.topics import partition_for
 
 HOUR = 3_600_000
 

@@ -1,0 +1,448 @@
+"""Processing a fetched batch of one source partition as a unit, under both guarantees.
+
+An agent that reads with ``stream.take_events`` hands each source partition's run of
+events to :meth:`BatchProcessor.apply` as one :class:`PartitionBatch`: the table values
+it sets (already aggregated, one write per key) and the records it produces. Work per
+batch instead of per event is what makes the word count fast: one changelog record and
+one RocksDB write per distinct word of a batch instead of one per occurrence.
+
+Offsets: the consumer commits a source offset only once :meth:`apply` has recorded the
+batch that contains it as applied (:class:`CommitGate`). faust's ``take_events`` acks a
+batch's events even when its processing raised, so acks alone would let a commit skip
+over a batch that never took effect.
+
+``exactly_once``: the batch's changelog records, output records and the source offset go
+to the source partition's transactional producer (the one faust fences by its
+``{app}-{group}-{partition}`` id on every rebalance) and commit in one transaction,
+under the lock faust's own commit takes for that producer. RocksDB is written after the
+commit, so local state never holds what Kafka aborted; a kill -9 between the two leaves
+local state behind the changelog, and the worker discards it at the next start
+(``tables/checkpoint.py``).
+
+``at_least_once``: RocksDB first, then the changelog through the table (which keeps the
+persisted changelog offset that a restart resumes from) and the outputs through the
+producer; faust flushes the producer before it commits the gated offsets.
+
+A batch that fails leaves its partition poisoned: nothing later of that partition is
+applied or committed, and the worker crashes, so a restart resumes from the last
+applied batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+from rocksdict import WriteBatch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Output:
+    """A record a batch produces, serialized."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    partition: int | None = None
+    timestamp_ms: int | None = None
+    headers: list[tuple[str, bytes]] | None = None
+
+
+@dataclass
+class PartitionBatch:
+    """What the events of one source partition, up to ``last_offset``, produced."""
+
+    tp: Any
+    last_offset: int
+    #: table -> encoded key -> encoded value (None deletes), in the table partition
+    #: numbered like the source partition.
+    writes: dict[Any, dict[bytes, bytes | None]] = field(default_factory=dict)
+    outputs: list[Output] = field(default_factory=list)
+
+    def set(self, table: Any, key: bytes, value: bytes | None) -> None:
+        self.writes.setdefault(table, {})[key] = value
+
+    def send(self, output: Output) -> None:
+        self.outputs.append(output)
+
+
+def by_partition(events: Iterable[Any]) -> dict[Any, list[Any]]:
+    """Events grouped by source partition, each group in offset order."""
+    groups: dict[Any, list[Any]] = defaultdict(list)
+    for event in events:
+        groups[event.message.tp].append(event)
+    return groups
+
+
+def read(table: Any, partition: int, key: bytes) -> bytes | None:
+    """The encoded value of ``key`` in one partition of a RocksDB table."""
+    value: bytes | None = table.data._db_for_partition(partition).get(key)
+    return value
+
+
+def encode_value(table: Any, value: Any) -> bytes | None:
+    encoded: bytes | None = table.data._encode_value(value)
+    return encoded
+
+
+def decode_value(table: Any, value: bytes | None) -> Any:
+    return table.data._decode_value(value)
+
+
+class CommitGate:
+    """Keeps the consumer from committing past what :class:`BatchProcessor` applied.
+
+    Installed on the app's consumer: for the gated topics, the committable offset of a
+    partition is at most the one after the last applied batch, and nothing once the
+    partition is poisoned.
+    """
+
+    def __init__(self) -> None:
+        self.topics: set[str] = set()
+        self.applied: dict[Any, int] = {}
+        self.poisoned: set[Any] = set()
+        #: exactly_once: batches commit their offsets themselves.
+        self.own_commits = False
+        self._installed: Any = None
+
+    def install(self, consumer: Any) -> None:
+        if self._installed is consumer:
+            return
+        original = consumer._filter_committable_offsets
+
+        def filter_committable_offsets(tps: Iterable[Any]) -> dict[Any, int]:
+            offsets: dict[Any, int] = original(tps)
+            for tp in list(offsets):
+                if tp.topic not in self.topics:
+                    continue
+                applied = self.applied.get(tp)
+                if self.own_commits or applied is None or tp in self.poisoned:
+                    # Under exactly_once each batch commits its own offset in its
+                    # transaction; nothing else may.
+                    del offsets[tp]
+                    continue
+                offset = min(offsets[tp], applied)
+                if consumer._should_commit(tp, offset):
+                    offsets[tp] = offset
+                else:
+                    del offsets[tp]
+            return offsets
+
+        consumer._filter_committable_offsets = filter_committable_offsets
+        self._installed = consumer
+
+    def forget(self, tps: Iterable[Any]) -> None:
+        """Partitions revoked. What was applied stays known: events fetched before the
+        revocation and fetched again after a new assignment are not applied twice."""
+        for tp in tps:
+            self.poisoned.discard(tp)
+
+
+class BatchProcessor:
+    """Applies :class:`PartitionBatch` es of the agents that declared it."""
+
+    def __init__(self, app: faust.App) -> None:
+        self.app = app
+        self.gate = CommitGate()
+        self._locks: defaultdict[tuple[str, int], asyncio.Lock] = defaultdict(asyncio.Lock)
+        #: per partition, the first offset of a hole: events from there are applied only
+        #: once that offset is fetched again
+        self.rewind: dict[Any, int] = {}
+        self._sought: dict[Any, float] = {}
+        self.contiguous: set[str] = set()
+        self._holes: dict[Any, tuple[int, int]] = {}
+
+    def gate_topic(self, topic: Any, contiguous: bool = False) -> None:
+        """Commit offsets of ``topic`` only as far as applied batches go. ``contiguous``:
+        its records have consecutive offsets (plain producers, no compaction), so a jump
+        is a record that was fetched but never delivered."""
+        names = topic.topics if hasattr(topic, "topics") else [topic]
+        self.gate.topics.update(names)
+        if contiguous:
+            self.contiguous.update(names)
+
+    async def on_revoked_signal(self, sender: Any, revoked: Iterable[Any], **kwargs: Any) -> None:
+        """``app.on_partitions_revoked`` receiver."""
+        self.gate.forget(revoked)
+
+    def lock(self, table: Any, partition: int) -> asyncio.Lock:
+        """Held while a batch reads and writes ``table``'s partition; other writers of the
+        table (the corrections agent) take it too, so no write falls in between."""
+        return self._locks[(table.name, partition)]
+
+    async def run(
+        self,
+        events: Iterable[Any],
+        build: Callable[[Any, list[Any]], PartitionBatch],
+        tables: Iterable[Any] = (),
+    ) -> None:
+        """Build and apply one batch per source partition of ``events``, partitions in
+        parallel (each its own transaction). ``build`` reads the tables it writes under
+        their partition locks; with ``tables``, nothing is applied before the worker has
+        restored them."""
+        tables = list(tables)
+
+        async def one(tp: Any, group: list[Any]) -> None:
+            async with contextlib.AsyncExitStack() as stack:
+                for table in tables:
+                    await stack.enter_async_context(self.lock(table, tp.partition))
+                await self.apply(build(tp, group))
+
+        groups = self._pending(events, needs_tables=bool(tables))
+        if not groups:
+            return
+        if len(groups) == 1:
+            ((tp, group),) = groups.items()
+            await one(tp, group)
+            return
+        results = await asyncio.gather(
+            *(one(tp, group) for tp, group in groups.items()), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    def _tables_ready(self) -> bool:
+        recovery: Any = getattr(self.app.tables, "recovery", None)
+        app: Any = self.app
+        return recovery is not None and recovery.completed.is_set() and not app.rebalancing
+
+    def _pending(self, events: Iterable[Any], needs_tables: bool) -> dict[Any, list[Any]]:
+        """The events to apply, by partition, in offset order, each once.
+
+        Left out: events of partitions this worker no longer owns (their new owner starts
+        from the committed offset); events already applied (fetched again after a seek);
+        events after a hole, that is after a record that faust skipped (``_on_ack``) and
+        that is being fetched again; with ``needs_tables``, every event while the tables
+        are being restored (they are fetched again after the restore).
+        """
+        self.install_skip_watch(self.app.consumer)
+        assignment = self.app.consumer.assignment()
+        ready = not needs_tables or self._tables_ready()
+        groups: dict[Any, list[Any]] = {}
+        for tp, group in by_partition(events).items():
+            for event in group:
+                event.message.streamstate_seen = True
+            if tp not in assignment:
+                logger.info(
+                    "%s[%d]: %d events of a revoked partition left to its owner",
+                    tp.topic,
+                    tp.partition,
+                    len(group),
+                )
+                continue
+            applied = self.gate.applied.get(tp, 0)
+            # A seek back can deliver a record again while its first copy still waits
+            # in the batch: one event per offset.
+            unique = {e.message.offset: e for e in group if e.message.offset >= applied}
+            if not unique:
+                continue
+            offsets = sorted(unique)
+            if not ready:
+                self._rewind_to(tp, offsets[0], "tables still restoring")
+                continue
+            hole = self.rewind.get(tp)
+            if hole is not None:
+                if hole in unique:
+                    del self.rewind[tp]  # fetched again: contiguous from here
+                else:
+                    kept = [offset for offset in offsets if offset < hole]
+                    if len(kept) < len(offsets):
+                        self._seek_back(tp)
+                    offsets = kept
+            if offsets and tp.topic in self.contiguous and tp in self.gate.applied:
+                if offsets[0] > applied and self._holes.get(tp) != (applied, offsets[0]):
+                    # Offsets of this topic have no gaps: fetch the missing ones again.
+                    # If the same gap comes back, the records are not there (a
+                    # transactional producer's markers, say) and the batch goes on.
+                    self._holes[tp] = (applied, offsets[0])
+                    logger.info(
+                        "%s[%d]: offsets %d-%d were not delivered; fetching them again",
+                        tp.topic,
+                        tp.partition,
+                        applied,
+                        offsets[0] - 1,
+                    )
+                    self._seek(tp, applied)
+                    continue
+                self._holes.pop(tp, None)
+            if offsets:
+                groups[tp] = [unique[offset] for offset in offsets]
+        return groups
+
+    def install_skip_watch(self, consumer: Any) -> None:
+        """Watch ``consumer`` for records of the gated topics acked unprocessed."""
+        if getattr(consumer, "_streamstate_skip_watch", None) is self:
+            return
+        original = consumer.ack
+
+        def ack(message: Any) -> bool:
+            if message.topic in self.gate.topics and not getattr(
+                message, "streamstate_seen", False
+            ):
+                # A stream acks a record it skipped (flow suspended, stale generation)
+                # without it ever reaching the agent.
+                tp = message.tp
+                if message.offset >= self.gate.applied.get(tp, 0):
+                    self._rewind_to(tp, message.offset, "skipped by the stream")
+            acked: bool = original(message)
+            return acked
+
+        consumer.ack = ack
+        consumer._streamstate_skip_watch = self
+
+    def _rewind_to(self, tp: Any, offset: int, why: str) -> None:
+        current = self.rewind.get(tp)
+        if current is None or offset < current:
+            self.rewind[tp] = offset
+            logger.info("%s[%d]: fetching again from %d (%s)", tp.topic, tp.partition, offset, why)
+        self._seek_back(tp)
+
+    def _seek_back(self, tp: Any) -> None:
+        """Seek to the hole (at most once a second per partition): the next fetch of the
+        partition starts there."""
+        now = time.monotonic()
+        offset = self.rewind.get(tp)
+        if offset is None or now - self._sought.get(tp, -1e9) < 1.0:
+            return
+        self._sought[tp] = now
+        self._seek(tp, offset)
+
+    def _seek(self, tp: Any, offset: int) -> None:
+        async def seek() -> None:
+            consumer: Any = self.app.consumer
+            if tp in consumer.assignment():
+                try:
+                    await consumer.seek(tp, offset)
+                except Exception as exc:  # a rebalance seeks every partition anyway
+                    logger.info(
+                        "%s[%d]: seek to %d failed: %r", tp.topic, tp.partition, offset, exc
+                    )
+
+        self.app.loop.create_task(seek())
+
+    async def apply(self, batch: PartitionBatch) -> None:
+        """Make the batch take effect, or poison its partition and crash the worker."""
+        self.gate.own_commits = self.app.in_transaction
+        self.gate.install(self.app.consumer)
+        tp = batch.tp
+        if tp in self.gate.poisoned:
+            raise BatchFailed(f"{tp.topic}[{tp.partition}] is poisoned by an earlier failure")
+        try:
+            if self.app.in_transaction:
+                await self._apply_in_transaction(batch)
+            else:
+                await self._apply_at_least_once(batch)
+        except asyncio.CancelledError:
+            self.gate.poisoned.add(tp)
+            raise
+        except Exception as exc:
+            self.gate.poisoned.add(tp)
+            logger.exception(
+                "batch of %s[%d] up to offset %d failed; the worker stops and a restart "
+                "resumes from the last applied batch",
+                tp.topic,
+                tp.partition,
+                batch.last_offset,
+            )
+            await self.app.crash(exc)
+            raise BatchFailed(str(exc)) from exc
+        self.gate.applied[tp] = batch.last_offset + 1
+        logger.debug("applied %s[%d] up to %d", tp.topic, tp.partition, batch.last_offset)
+
+    async def _apply_at_least_once(self, batch: PartitionBatch) -> None:
+        partition = batch.tp.partition
+        producer: Any = self.app.producer
+        for table, items in batch.writes.items():
+            _write_local(table, partition, items)
+            topic = table.changelog_topic.get_topic_name()
+            last = None
+            for key, value in items.items():
+                last = await producer.send(topic, key, value, partition, None, None)
+            if last is not None:
+                # Records of one partition are delivered in order: the last one's offset
+                # is how far the changelog holds this database (what a restart skips).
+                last.add_done_callback(functools.partial(_persisted, table.data))
+        for out in batch.outputs:
+            await producer.send(
+                out.topic,
+                out.key,
+                out.value,
+                out.partition,
+                None if out.timestamp_ms is None else out.timestamp_ms / 1000.0,
+                out.headers,
+            )
+
+    async def _apply_in_transaction(self, batch: PartitionBatch) -> None:
+        tp = batch.tp
+        app: Any = self.app
+        group = app.assignor.group_for_topic(tp.topic)
+        transactional_id = f"{app.conf.id}-{group}-{tp.partition}"
+        producer: Any = app.producer
+        lock = producer._trn_locks.get(transactional_id)
+        if lock is None:
+            raise BatchFailed(f"no transactional producer {transactional_id} for {tp}")
+        async with lock:
+            transaction = producer._transaction_producers.get(transactional_id)
+            if transaction is None:
+                raise BatchFailed(f"transactional producer {transactional_id} is stopped")
+            sends = []
+            for table, items in batch.writes.items():
+                topic = table.changelog_topic.get_topic_name()
+                for key, value in items.items():
+                    sends.append(
+                        await transaction.send(topic, value, key=key, partition=tp.partition)
+                    )
+            for out in batch.outputs:
+                sends.append(
+                    await transaction.send(
+                        out.topic,
+                        out.value,
+                        key=out.key,
+                        partition=out.partition,
+                        timestamp_ms=out.timestamp_ms,
+                        headers=out.headers,
+                    )
+                )
+            if sends:
+                await asyncio.gather(*sends)
+            await transaction.send_offsets_to_transaction({tp: batch.last_offset + 1}, app.conf.id)
+            await transaction.commit_transaction()
+            await transaction.begin_transaction()
+        # faust's own commit need not commit this offset again.
+        app.consumer._committed_offset[tp] = batch.last_offset + 1
+        for table, items in batch.writes.items():
+            _write_local(table, tp.partition, items)
+
+
+class BatchFailed(RuntimeError):
+    """A batch could not be applied; its partition takes no more batches."""
+
+
+def _persisted(store: Any, delivered: asyncio.Future[Any]) -> None:
+    if not delivered.cancelled() and delivered.exception() is None:
+        metadata = delivered.result()
+        store.set_persisted_offset(metadata.topic_partition, metadata.offset)
+
+
+def _write_local(table: Any, partition: int, items: Mapping[bytes, bytes | None]) -> None:
+    store: Any = table.data
+    db = store._db_for_partition(partition)
+    batch = WriteBatch(raw_mode=True)
+    for key, value in items.items():
+        if value is None:
+            batch.delete(key)
+        else:
+            batch.put(key, value)
+        store._key_index[key] = partition
+    db.write(batch)
