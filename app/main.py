@@ -65,17 +65,24 @@ class StreamstateApp(faust.App):
             )
 
     async def _stop_consumer(self) -> None:
-        await super()._stop_consumer()
         consumer: Any = self._consumer
         if self.in_transaction and consumer is not None:
-            # The transactions have just been committed and ended. faust's consumer would
-            # commit again on its timer and when it stops, outside any transaction
-            # (IllegalOperation "Not in the middle of a transaction"), and crash the stop.
+            # Once the stop has committed and ended the transactions, faust's consumer
+            # would commit again (on its timer while the tables close, and when it
+            # stops) outside any transaction: IllegalOperation "Not in the middle of a
+            # transaction", and the stop crashes.
+            end = consumer.commit_and_end_transactions
+
             async def already_ended(*args: Any, **kwargs: Any) -> bool:
                 return False
 
-            consumer.commit = already_ended
-            consumer.commit_and_end_transactions = already_ended
+            async def commit_and_end_transactions() -> None:
+                await end()
+                consumer.commit = already_ended
+                consumer.commit_and_end_transactions = already_ended
+
+            consumer.commit_and_end_transactions = commit_and_end_transactions
+        await super()._stop_consumer()
 
     async def on_shutdown(self) -> None:
         await super().on_shutdown()
@@ -185,7 +192,7 @@ def build_pipeline(app: StreamstateApp, settings: Settings) -> Pipeline:
     revoked.connect(processor.on_revoked_signal)
     words.register(app, settings, sources[topics.TEXT_LINES], tables.word_counts, dlq, processor)
     sales_feed = inventory.register(
-        app, settings, sources[topics.ITEM_EVENTS], tables.inventory, catalog, dlq
+        app, settings, sources[topics.ITEM_EVENTS], tables.inventory, catalog, dlq, processor
     )
     sales.register(app, sales_feed, tables.sales_by_category)
     products.register(app, settings, sources[topics.PRODUCTS], dlq)

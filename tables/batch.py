@@ -172,8 +172,13 @@ class BatchProcessor:
             self.contiguous.update(names)
 
     async def on_revoked_signal(self, sender: Any, revoked: Iterable[Any], **kwargs: Any) -> None:
-        """``app.on_partitions_revoked`` receiver."""
+        """``app.on_partitions_revoked`` receiver. A hole waiting to be fetched again is
+        forgotten too: a later assignment starts from the committed offset."""
+        revoked = list(revoked)
         self.gate.forget(revoked)
+        for tp in revoked:
+            self.rewind.pop(tp, None)
+            self._holes.pop(tp, None)
 
     def lock(self, table: Any, partition: int) -> asyncio.Lock:
         """Held while a batch reads and writes ``table``'s partition; other writers of the
@@ -260,25 +265,40 @@ class BatchProcessor:
                     if len(kept) < len(offsets):
                         self._seek_back(tp)
                     offsets = kept
-            if offsets and tp.topic in self.contiguous and tp in self.gate.applied:
-                if offsets[0] > applied and self._holes.get(tp) != (applied, offsets[0]):
-                    # Offsets of this topic have no gaps: fetch the missing ones again.
-                    # If the same gap comes back, the records are not there (a
-                    # transactional producer's markers, say) and the batch goes on.
-                    self._holes[tp] = (applied, offsets[0])
-                    logger.info(
-                        "%s[%d]: offsets %d-%d were not delivered; fetching them again",
-                        tp.topic,
-                        tp.partition,
-                        applied,
-                        offsets[0] - 1,
-                    )
-                    self._seek(tp, applied)
-                    continue
-                self._holes.pop(tp, None)
+            if offsets and tp.topic in self.contiguous:
+                offsets = self._contiguous(tp, offsets, self.gate.applied.get(tp, offsets[0]))
             if offsets:
                 groups[tp] = [unique[offset] for offset in offsets]
         return groups
+
+    def _contiguous(self, tp: Any, offsets: list[int], expected: int) -> list[int]:
+        """The offsets up to the first one missing (this topic's offsets have no gaps: a
+        missing one was fetched but never delivered); the partition is fetched again
+        from there. If the same gap comes back, the records are not there (a
+        transactional producer's markers, say) and every offset goes on."""
+        kept = 0
+        for offset in offsets:
+            if offset != expected:
+                break
+            kept += 1
+            expected += 1
+        if kept == len(offsets):
+            self._holes.pop(tp, None)
+            return offsets
+        gap = (expected, offsets[kept])
+        if self._holes.get(tp) == gap:
+            del self._holes[tp]
+            return offsets
+        self._holes[tp] = gap
+        logger.info(
+            "%s[%d]: offsets %d-%d were not delivered; fetching them again",
+            tp.topic,
+            tp.partition,
+            gap[0],
+            gap[1] - 1,
+        )
+        self._seek(tp, expected)
+        return offsets[:kept]
 
     def install_skip_watch(self, consumer: Any) -> None:
         """Watch ``consumer`` for records of the gated topics acked unprocessed."""

@@ -19,10 +19,20 @@ def test_unclean_stop_under_exactly_once_discards_local_tables(tmp_path: Path) -
     assert not tabledir.exists()
 
 
-def test_clean_stop_keeps_local_tables_and_consumes_the_marker(tmp_path: Path) -> None:
+def test_exactly_once_rebuilds_after_a_clean_stop_too_and_consumes_the_marker(
+    tmp_path: Path,
+) -> None:
     datadir, tabledir = state(tmp_path)
     mark_clean(datadir)
-    assert not discard_if_unclean(datadir, tabledir, exactly_once=True)
+    assert discard_if_unclean(datadir, tabledir, exactly_once=True)
+    assert not tabledir.exists()
+    assert not (datadir / MARKER).exists()
+
+
+def test_at_least_once_keeps_local_tables_after_a_clean_stop(tmp_path: Path) -> None:
+    datadir, tabledir = state(tmp_path)
+    mark_clean(datadir)
+    assert not discard_if_unclean(datadir, tabledir, exactly_once=False)
     assert tabledir.exists()
     assert not (datadir / MARKER).exists()
 
