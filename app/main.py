@@ -194,7 +194,7 @@ def build_pipeline(app: StreamstateApp, settings: Settings) -> Pipeline:
     sales_feed = inventory.register(
         app, settings, sources[topics.ITEM_EVENTS], tables.inventory, catalog, dlq, processor
     )
-    sales.register(app, sales_feed, tables.sales_by_category)
+    sales.register(app, settings, sales_feed, tables.sales_by_category, processor)
     products.register(app, settings, sources[topics.PRODUCTS], dlq)
     corrections.register(app, settings, tables, processor)
     settling.register(app, settings, tables.unsettled_sales, dlq)
