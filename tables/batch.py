@@ -160,7 +160,8 @@ class BatchProcessor:
         self.rewind: dict[Any, int] = {}
         self._sought: dict[Any, float] = {}
         self.contiguous: set[str] = set()
-        self._holes: dict[Any, tuple[int, int]] = {}
+        #: per partition: the gap, how often it was seen, since when
+        self._holes: dict[Any, tuple[tuple[int, int], int, float]] = {}
 
     def gate_topic(self, topic: Any, contiguous: bool = False) -> None:
         """Commit offsets of ``topic`` only as far as applied batches go. ``contiguous``:
@@ -274,7 +275,8 @@ class BatchProcessor:
     def _contiguous(self, tp: Any, offsets: list[int], expected: int) -> list[int]:
         """The offsets up to the first one missing (this topic's offsets have no gaps: a
         missing one was fetched but never delivered); the partition is fetched again
-        from there. If the same gap comes back, the records are not there (a
+        from there. If the same gap keeps coming back (five times over ten seconds),
+        the records are not there (a
         transactional producer's markers, say) and every offset goes on."""
         kept = 0
         for offset in offsets:
@@ -286,10 +288,26 @@ class BatchProcessor:
             self._holes.pop(tp, None)
             return offsets
         gap = (expected, offsets[kept])
-        if self._holes.get(tp) == gap:
+        now = time.monotonic()
+        seen = self._holes.get(tp)
+        if seen is not None and seen[0] == gap and seen[1] >= 5 and now - seen[2] >= 10.0:
+            # Fetched again five times over ten seconds and still missing: the records
+            # are not there. A gap seen again sooner can be records that faust's fetch
+            # loop dropped again as already read.
             del self._holes[tp]
+            logger.warning(
+                "%s[%d]: offsets %d-%d hold no records; going on from %d",
+                tp.topic,
+                tp.partition,
+                gap[0],
+                gap[1] - 1,
+                gap[1],
+            )
             return offsets
-        self._holes[tp] = gap
+        if seen is None or seen[0] != gap:
+            self._holes[tp] = (gap, 1, now)
+        else:
+            self._holes[tp] = (gap, seen[1] + 1, seen[2])
         logger.info(
             "%s[%d]: offsets %d-%d were not delivered; fetching them again",
             tp.topic,

@@ -71,20 +71,6 @@ def test_kill9_under_load_never_loses_a_count_and_a_clean_stop_stays_exact(
     assert figures["over_count_per_kill"][0] >= 0
 
 
-def test_kill9_under_exactly_once_leaves_word_counts_exact(
-    kafka: LocalKafka, tmp_path: Path
-) -> None:
-    """exactly_once: after a kill -9 under load and the restart, and after a SIGTERM
-    stop, word_counts equal the ground truth: nothing over- or under-counted."""
-    plan = KillPlan(
-        "exactly_once", kills=1, load_before_kill_s=(3.0, 5.0), load_after_restart_s=2.0
-    )
-    figures = kill_worker.run(kafka, plan)
-    assert_checks(checks.kill_worker(figures), figures, tmp_path / "kill-eos.json")
-    assert figures["over_count_per_kill"] == [0]
-    assert figures["exact_after_every_kill"] is True
-
-
 def test_workers_survive_the_broker_going_away_and_catch_up(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:
