@@ -23,22 +23,15 @@ outputs committed. Under at-least-once everything goes through faust's usual pat
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import faust
 from faust.streams import current_event
 from rocksdict import WriteBatch
 
+from tables.batch import Output
+
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _Record:
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    partition: int | None
 
 
 class CommittedStateTable(faust.Table[bytes, Any]):
@@ -113,7 +106,7 @@ class ExactlyOnceState:
         self.app = app
         self.partitions = partitions
         self.on_changelog_event = on_changelog_event
-        self._pending: list[_Record] = []
+        self._pending: list[Output] = []
         self.offsets = self.table(f"{name}_offsets", help=f"{name}: last source offset applied")
 
     def table(self, name: str, **options: Any) -> Any:
@@ -158,12 +151,12 @@ class ExactlyOnceState:
 
     def send(self, topic: Any, key: bytes | None, value: bytes | None) -> None:
         """Queue an output record (raw bytes) of the current event."""
-        self._pending.append(_Record(topic.get_topic_name(), key, value, None))
+        self._pending.append(Output(topic.get_topic_name(), key, value, None))
 
     def add(self, message: Any) -> None:
         """Queue a faust PendingMessage (serialized, partition chosen) of the current event."""
         topic = message.channel.get_topic_name()
-        self._pending.append(_Record(topic, message.key, message.value, message.partition))
+        self._pending.append(Output(topic, message.key, message.value, message.partition))
 
     async def commit_event(self, event: Any) -> None:
         """Record the event as applied and publish everything it produced, as one unit."""
