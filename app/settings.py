@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     batch_max_events: int = Field(2000, gt=0)
     #: ...and wait at most this long (seconds) to fill one.
     batch_within_s: float = Field(0.1, gt=0)
+    #: A restore reads a changelog partition in bulk when it is at least this many
+    #: records behind; shorter tails go through faust's per-record recovery.
+    restore_bulk_min_records: int = Field(2000, gt=0)
     #: How often standby updates are flushed to RocksDB, in seconds.
     standby_flush_interval: float = Field(0.5, gt=0)
     #: How long a forwarded key read may take before a standby answers, in seconds.

@@ -248,12 +248,17 @@ def test_restore_reads_the_whole_changelog_when_empty_and_only_the_tail_when_int
         a.stop()
     records_before = changelog_records(kafka.bootstrap)
 
-    b = Worker(kafka, tmp_path / "b").start()  # empty data dir: everything from the changelog
+    # Empty data dir: everything from the changelog, every partition through the bulk read.
+    b = Worker(
+        kafka, tmp_path / "b", extra_env={"STREAMSTATE_RESTORE_BULK_MIN_RECORDS": "1"}
+    ).start()
     try:
         b.wait_ready()
         restores = restore_lines(b)
         assert restores, b.log_tail()
         assert sum(records for _, records in restores) == records_before
+        bulk = re.findall(r"bulk restore: (\d+) changelog records", b.log_text())
+        assert sum(int(n) for n in bulk) == records_before, b.log_tail()
         second = item_events(40, seed=4)
         produce(kafka.bootstrap, "item-events", [(e["store_id"], e) for e in second])
         want = expected_inventory(first + second)
@@ -269,6 +274,7 @@ def test_restore_reads_the_whole_changelog_when_empty_and_only_the_tail_when_int
         assert len(restores) >= 2, a.log_tail()
         assert 0 < restores[-1][1] <= written_by_b
         assert restores[-1][1] < records_before
+        assert "bulk restore" not in a.log_text()  # a short tail: faust's own recovery
         no_agent_crashed(a)
     finally:
         a.stop()
