@@ -12,15 +12,21 @@ from typing import Any
 from faust.contrib.asgi import AsgiService
 from mode import Service
 
+from api.fastpath import KeyReads
+
 
 class ApiServer(AsgiService):
-    """uvicorn inside the worker, bound to the worker's canonical host and port."""
+    """uvicorn inside the worker, bound to the worker's canonical host and port.
+
+    Plain key reads take the lean path of :class:`~api.fastpath.KeyReads`; every other
+    request reaches the FastAPI app.
+    """
 
     driver_version = "FastAPI/uvicorn"
 
     def __init__(self, asgi_app: Any, *, host: str, port: int, **kwargs: Any) -> None:
         super().__init__(
-            asgi_app,
+            KeyReads(asgi_app),
             host=host,
             port=port,
             uvicorn_options={"access_log": False, "timeout_keep_alive": 30},
