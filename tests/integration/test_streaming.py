@@ -280,16 +280,20 @@ def test_restore_reads_the_whole_changelog_when_empty_and_only_the_tail_when_int
         a.stop()
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_three_workers_share_the_work_and_every_one_enriches_from_the_catalogue(
-    kafka: LocalKafka, tmp_path: Path
+    kafka: LocalKafka, tmp_path: Path, guarantee: str
 ) -> None:
     reset_topics(kafka)
     events = item_events(240, seed=21, stores=12)
-    workers = [Worker(kafka, tmp_path / f"w{n}").start() for n in range(3)]
+    env = {"PROCESSING_GUARANTEE": guarantee}
+    workers = [Worker(kafka, tmp_path / f"w{n}", extra_env=env).start() for n in range(3)]
     try:
         for worker in workers:
             worker.wait_ready(timeout=180)
         produce_workload(kafka, events, LINES * 4)
+        words = lambda: changelog_state(kafka.bootstrap, "word_counts")  # noqa: E731
+        wait_equal(words, expected_words(LINES * 4), 120, "word_counts")
         want_sales = expected_sales(events)
         wait_for(lambda: sales_state(kafka).keys() == want_sales.keys(), 120)
         wait_for(lambda: _sales_close(sales_state(kafka), want_sales), 60)
