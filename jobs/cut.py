@@ -7,6 +7,8 @@ records when the changelog cut was taken, so the cut waits (up to ``settle_s``) 
 quiet moment: the source and changelog end offsets unchanged across the sampling, and no
 record of any topic the consumer group reads that the group has not committed. If that
 moment never comes (a busy pipeline), the cut is taken anyway and reported unsettled.
+A group with no member (no worker running) cannot catch up, so the cut does not wait
+for it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class Cut:
     taken_at_ms: int
     settled: bool
     group_lag: dict[str, int] = field(default_factory=dict)
+    #: Members of the consumer group when the cut was taken (None: unknown).
+    group_members: int | None = None
 
     def as_json(self) -> dict[str, dict[str, int]]:
         merged = {**self.sources, **self.changelogs}
@@ -101,6 +105,19 @@ class OffsetReader:
     async def committed(self) -> dict[TopicPartition, int]:
         answer = await self._admin.list_consumer_group_offsets(self.group)
         return {tp: meta.offset for tp, meta in answer.items() if meta.offset >= 0}
+
+    async def members(self) -> int | None:
+        """How many members the consumer group has now (None: the broker did not say)."""
+        try:
+            responses = await self._admin.describe_consumer_groups([self.group])
+        except Exception:  # an older broker or a transient error: assume someone is there
+            return None
+        for response in responses:
+            # DescribeGroups: (error_code, group_id, state, protocol_type, protocol, members...)
+            for described in response.groups:
+                if described[1] == self.group and described[0] == 0:
+                    return len(described[5])
+        return None
 
     async def unread(
         self, positions: dict[TopicPartition, int], ends: dict[TopicPartition, int]
@@ -176,7 +193,8 @@ async def take_cut(
             source_ends, changelog_ends, lag, settled = await _sample(
                 reader, sources, changelogs, internal
             )
-            if settled or time.monotonic() >= deadline:
+            members = await reader.members()
+            if settled or members == 0 or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(1.0)
         starts = await reader.starts(sources)
@@ -187,4 +205,5 @@ async def take_cut(
         taken_at_ms=taken_at_ms,
         settled=settled,
         group_lag=lag,
+        group_members=members,
     )

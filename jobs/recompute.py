@@ -144,6 +144,7 @@ def reconcile(spark: Any, options: Options, cut: Cut, say: Progress) -> dict[str
         "cut_taken_at_ms": cut.taken_at_ms,
         "cut_settled": cut.settled,
         "group_lag": cut.group_lag,
+        "group_members": cut.group_members,
         "log_start": {t: {str(p): o for p, o in v.items()} for t, v in cut.log_start.items()},
         "sales_window_horizon_ms": horizon,
         "corrections_published": published,
@@ -171,6 +172,8 @@ def summary(report: dict[str, Any]) -> str:
             f"  WARNING: the workers had not caught up with the cut (lag {report['group_lag']});"
             " differences may be records still in flight"
         )
+        if report.get("group_members") == 0:
+            lines.append("  (no worker was running: the group had no member)")
     if report["log_start"]:
         lines.append(f"  WARNING: retention removed early source records: {report['log_start']}")
     header = ("table", "keys", "mismatched", "missing in stream", "missing in batch")
@@ -200,7 +203,8 @@ def run(options: Options, spark: Any = None) -> int:
     options.out.mkdir(parents=True, exist_ok=True)
     say(f"taking the offset cut on {options.bootstrap} (settle up to {options.settle_s:.0f}s)")
     cut = _take_cut(options)
-    say(f"cut taken ({'settled' if cut.settled else 'NOT settled, lag ' + str(cut.group_lag)})")
+    idle = ", no worker in the group" if cut.group_members == 0 else ""
+    say(f"cut taken ({'settled' if cut.settled else f'NOT settled, lag {cut.group_lag}{idle}'})")
     own_session = spark is None
     if own_session:
         spark = build_session(options.master, options.shuffle_partitions)

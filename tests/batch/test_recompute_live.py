@@ -18,13 +18,14 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import murmur2
 
 from agents.corrections import window_key
 from app.admin import ensure_topics
 from app.semantics import HOUR_MS, tokenize
 from app.topics import topic_specs
+from jobs.cut import take_cut
 from jobs.recompute import EXIT_DIFFERS, EXIT_SAME, Options, run
 from ops.generator import SENTENCES, Catalogue, item_event
 from tests.support.kafka import ROOT, LocalKafka, local_kafka
@@ -140,6 +141,7 @@ def test_no_difference_once_the_worker_has_caught_up(
     assert run(options, spark) == EXIT_SAME
     result = report(options)
     assert result["cut_settled"] is True
+    assert result["group_members"] >= 1
     assert sum(result["cut"]["item-events"].values()) == 302
     tables = result["tables"]
     assert tables["inventory"]["keys_compared"] == 12
@@ -147,6 +149,32 @@ def test_no_difference_once_the_worker_has_caught_up(
     assert tables["sales_by_category"]["keys_compared"] >= 10
     for entry in tables.values():
         assert entry["mismatched"] == entry["missing_in_stream"] == entry["missing_in_batch"] == 0
+
+
+async def _commit_start(bootstrap: str, group: str) -> None:
+    """Leave ``group`` behind on text-lines with no member: offset 0 committed, then gone."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    await consumer.start()
+    try:
+        tp = TopicPartition("text-lines", 0)
+        consumer.assign([tp])
+        await consumer.commit({tp: 0})
+    finally:
+        await consumer.stop()
+
+
+def test_the_cut_does_not_wait_for_a_group_with_no_worker(
+    worker: Worker, kafka: LocalKafka
+) -> None:
+    asyncio.run(_commit_start(kafka.bootstrap, "nobody-home"))
+    cut = asyncio.run(
+        take_cut(kafka.bootstrap, ["text-lines"], [], [], "nobody-home", settle_s=3600.0)
+    )
+    # Lag that nobody will ever read: reported, not waited for (pytest's timeout would
+    # stop a wait of an hour).
+    assert cut.group_members == 0
+    assert cut.settled is False
+    assert cut.group_lag["text-lines"] > 0
 
 
 def test_non_ascii_text_gives_identical_tokens_in_stream_and_batch(
