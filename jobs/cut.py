@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 Offsets = dict[str, dict[int, int]]
 
@@ -103,13 +104,19 @@ class OffsetReader:
         return dict(await self._consumer.beginning_offsets(tps)) if tps else {}
 
     async def committed(self) -> dict[TopicPartition, int]:
-        answer = await self._admin.list_consumer_group_offsets(self.group)
+        try:
+            answer = await self._admin.list_consumer_group_offsets(self.group)
+        except GroupCoordinatorNotAvailableError:
+            # No group has ever committed on this cluster (no offsets topic yet).
+            return {}
         return {tp: meta.offset for tp, meta in answer.items() if meta.offset >= 0}
 
     async def members(self) -> int | None:
         """How many members the consumer group has now (None: the broker did not say)."""
         try:
             responses = await self._admin.describe_consumer_groups([self.group])
+        except GroupCoordinatorNotAvailableError:
+            return 0  # no group has ever joined on this cluster
         except Exception:  # an older broker or a transient error: assume someone is there
             return None
         for response in responses:
