@@ -124,6 +124,7 @@ class TrackedRecovery(Recovery):
         #: (generation, records, start) of this round's bulk read: faust calls
         #: ``_set_recovery_started`` again after it, which must not reset them.
         self._bulk_carry: tuple[int, int, float | None] | None = None
+        self._ends: AIOKafkaConsumer | None = None
 
     def count(self, table_name: str, *, active: bool) -> None:
         """Called once per changelog record that recovery hands to a table."""
@@ -137,6 +138,58 @@ class TrackedRecovery(Recovery):
         await super()._build_offsets(consumer, tps, destination, title)
         if title == "active" and tps:
             await self._bulk_restore(destination)
+
+    async def _build_highwaters(
+        self, consumer: Any, tps: Any, destination: Any, title: str
+    ) -> None:
+        """Under exactly_once, highwaters from the broker's last stable offsets.
+
+        faust takes them from the consumer's last fetch response there, which knows
+        nothing of a partition not fetched since it was assigned: its highwater reads -1,
+        so a newly assigned partition is "restored" without reading a record (its table
+        left empty) or, holding a standby copy, crashes the worker with ConsistencyError.
+        """
+        if not self.app.in_transaction or not tps:
+            await super()._build_highwaters(consumer, tps, destination, title)
+            return
+        helper = await self._ends_consumer()
+        ends = await helper.end_offsets([KafkaTP(tp.topic, tp.partition) for tp in tps])
+        destination.clear()
+        for tp in tps:
+            end = ends.get(KafkaTP(tp.topic, tp.partition))
+            destination[tp] = end - 1 if end else -1
+        logger.info(
+            "%s highwaters (last stable offsets - 1) of %d changelog partitions: %d records",
+            title,
+            len(tps),
+            sum(v + 1 for v in destination.values()),
+        )
+
+    async def _ends_consumer(self) -> AIOKafkaConsumer:
+        """A ``read_committed`` consumer of the recovery's own, for end offsets."""
+        if self._ends is None:
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self._bootstrap(),
+                group_id=None,
+                enable_auto_commit=False,
+                isolation_level="read_committed",
+            )
+            await consumer.start()
+            self._ends = consumer
+        return self._ends
+
+    async def on_stop(self) -> None:
+        await super().on_stop()
+        if self._ends is not None:
+            with contextlib.suppress(Exception):
+                await self._ends.stop()
+            self._ends = None
+
+    def _bootstrap(self) -> str:
+        settings = getattr(self.app, "settings", None)
+        if settings is not None:
+            return str(settings.bootstrap_servers)
+        return ",".join(f"{u.host}:{u.port or 9092}" for u in self.app.conf.broker)
 
     def _bulk_tables(self) -> dict[TP, Any]:
         """Active changelog partitions whose table keeps its data in RocksDB."""
@@ -157,14 +210,14 @@ class TrackedRecovery(Recovery):
         highwaters = {tp: self.active_highwaters.get(tp) for tp in tables}
         settings = getattr(self.app, "settings", None)
         min_records = getattr(settings, "restore_bulk_min_records", self.bulk_min_records)
+        if self.app.in_transaction:
+            # faust's own path ends a transactional changelog only after two 5 s waits
+            # (the commit marker at its end is never delivered as a record).
+            min_records = 1
         plan = bulk_plan({tp: offsets.get(tp) for tp in tables}, highwaters, min_records)
         if not plan:
             return
-        bootstrap = (
-            settings.bootstrap_servers
-            if settings is not None
-            else ",".join(f"{u.host}:{u.port or 9092}" for u in self.app.conf.broker)
-        )
+        bootstrap = self._bootstrap()
         budget = float(self.app.conf.broker_request_timeout) * self.bulk_budget_share
         started = time.monotonic()
         consumer = AIOKafkaConsumer(

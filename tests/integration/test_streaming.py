@@ -280,6 +280,37 @@ def test_restore_reads_the_whole_changelog_when_empty_and_only_the_tail_when_int
         a.stop()
 
 
+def test_an_exactly_once_restart_restores_every_table_before_it_goes_on(
+    kafka: LocalKafka, tmp_path: Path
+) -> None:
+    # exactly_once rebuilds local tables from the changelogs at every start: a restore
+    # that missed records would show as counts that restart from zero.
+    reset_topics(kafka)
+    first, second = item_events(150, seed=5), item_events(60, seed=6)
+    env = {"PROCESSING_GUARANTEE": "exactly_once"}
+    words = lambda: changelog_state(kafka.bootstrap, "word_counts")  # noqa: E731
+    inventory = lambda: changelog_state(kafka.bootstrap, "inventory")  # noqa: E731
+    worker = Worker(kafka, tmp_path / "a", extra_env=env).start()
+    try:
+        worker.wait_ready()
+        produce_workload(kafka, first, LINES * 5)
+        wait_equal(words, expected_words(LINES * 5), 120, "word_counts")
+        wait_equal(inventory, expected_inventory(first), 120, "inventory")
+    finally:
+        worker.stop()
+    worker.start()
+    try:
+        worker.wait_ready()
+        produce(kafka.bootstrap, "text-lines", [(None, line) for line in LINES * 2])
+        produce(kafka.bootstrap, "item-events", [(e["store_id"], e) for e in second])
+        wait_equal(words, expected_words(LINES * 7), 120, "word_counts")
+        wait_equal(inventory, expected_inventory(first + second), 120, "inventory")
+        assert "bulk restore" in worker.log_text()
+        no_agent_crashed(worker)
+    finally:
+        worker.stop()
+
+
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_three_workers_share_the_work_and_every_one_enriches_from_the_catalogue(
     kafka: LocalKafka, tmp_path: Path, guarantee: str
