@@ -63,7 +63,7 @@ nightly: install kafka-up spark-jars
 bench: install
 	$(PY) -m bench $(BENCH_ARGS)
 
-chaos: install kafka-jars
+chaos: install kafka-jars spark-jars
 	$(PY) -m chaos $(CHAOS_ARGS)
 
 clean:

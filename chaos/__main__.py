@@ -34,7 +34,9 @@ class Scenario:
 
 def _kill(guarantee: str) -> Callable[[LocalKafka, bool], dict[str, Any]]:
     def run(kafka: LocalKafka, quick: bool) -> dict[str, Any]:
-        plan = KillPlan(guarantee, kills=1 if quick else 5, workers=1 if quick else 2)
+        plan = KillPlan(
+            guarantee, kills=1 if quick else 5, workers=1 if quick else 2, batch_check=not quick
+        )
         return kill_worker.run(kafka, plan)
 
     return run
@@ -46,6 +48,19 @@ def _kill_headline(r: dict[str, Any]) -> str:
         f"{r['kills']} kills: {exact}; over-count per kill {r['over_count_per_kill']} words "
         f"(of {r['rounds'][-1]['words_produced']} produced in all), under-count "
         f"{r['under_count_total']}; clean stop adds drift: {r['clean_stop_adds_drift']}"
+        + _batch_headline(r.get("batch_job"))
+    )
+
+
+def _batch_headline(batch: dict[str, Any] | None) -> str:
+    if batch is None:
+        return ""
+    if not batch.get("ran"):
+        return f"; nightly job did not run ({batch.get('why')})"
+    return (
+        f"; nightly job exit {batch['exit']}: {batch['word_keys_differing']} words and "
+        f"{batch['stores_differing']} stores differ (measured wrong: "
+        f"{batch['word_keys_wrong_measured']} and {batch['stores_wrong_measured']})"
     )
 
 

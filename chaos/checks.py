@@ -40,6 +40,16 @@ def kill_worker(r: dict[str, Any]) -> list[Check]:
         Check("no word under-counted after any kill", r["under_count_total"] == 0),
         Check("a clean stop (SIGTERM) adds no drift", r["clean_stop_adds_drift"] is False),
     ]
+    batch = r.get("batch_job")
+    if batch is not None:
+        checks.append(
+            Check(
+                "the nightly job finds exactly the words and stores left wrong",
+                bool(batch.get("ran"))
+                and batch["word_keys_differing"] == batch["word_keys_wrong_measured"]
+                and batch["stores_differing"] == batch["stores_wrong_measured"],
+            )
+        )
     if eos:
         # word_counts runs on the batched transactional path (tables/batch.py).
         checks.append(Check("word_counts exact after every kill -9", r["exact_after_every_kill"]))

@@ -4,20 +4,27 @@ Each round: the producer keeps writing while a worker is killed with SIGKILL and
 again on the same data dir; then the producer pauses, the tables settle, and the drift
 against the ground truth (computed from the source topics) is measured. The drift a round
 adds is that kill's over-count (or under-count). A final round stops the worker with
-SIGTERM instead: the guarantee's exact case.
+SIGTERM instead: the guarantee's exact case. With ``batch_check``, the nightly job then
+runs against the same topics, and its report is compared with the measured drift: it
+must find exactly the words and stores that the rounds left wrong.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import random
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from chaos.env import crashes, group, reset, workdir
 from chaos.load import SteadyLoad
 from chaos.truth import Drift, drift, settle
-from tests.support.kafka import LocalKafka
+from tests.support.kafka import ROOT, LocalKafka
 from tests.support.workers import Worker
 
 
@@ -33,6 +40,8 @@ class KillPlan:
     load_after_restart_s: float = 4.0
     clean_stop: bool = True
     seed: int = 7
+    #: Run the nightly job at the end and compare its report with the measured drift.
+    batch_check: bool = False
 
 
 def run(kafka: LocalKafka, plan: KillPlan) -> dict[str, Any]:
@@ -41,7 +50,9 @@ def run(kafka: LocalKafka, plan: KillPlan) -> dict[str, Any]:
     rng = random.Random(plan.seed)
     rounds: list[dict[str, Any]] = []
     env = {"PROCESSING_GUARANTEE": plan.guarantee}
-    with group(kafka, workdir(f"kill-{plan.guarantee}"), **env) as workers:
+    work = workdir(f"kill-{plan.guarantee}")
+    batch: dict[str, Any] | None = None
+    with group(kafka, work, **env) as workers:
         members = [workers.add(f"w{n}") for n in range(plan.workers)]
         for worker in members:
             worker.wait_ready(240)
@@ -75,8 +86,56 @@ def run(kafka: LocalKafka, plan: KillPlan) -> dict[str, Any]:
                 load.resume()
         finally:
             load.stop()
+        if plan.batch_check:
+            truth, tables, _ = settle(kafka.bootstrap, quiet_s=12.0)
+            batch = batch_report(kafka, work / "recompute", drift(truth, tables))
         agent_crashes = sum(crashes(w) for w in members)
-    return _summary(plan, rounds, load, agent_crashes)
+    summary = _summary(plan, rounds, load, agent_crashes)
+    if batch is not None:
+        summary["batch_job"] = batch
+    return summary
+
+
+def batch_report(kafka: LocalKafka, out: Any, measured: Drift) -> dict[str, Any]:
+    """Run ``python -m jobs.recompute`` on the topics; its findings next to ``measured``."""
+    if importlib.util.find_spec("pyspark") is None:
+        return {"ran": False, "why": "pyspark is not installed"}
+    started = time.monotonic()
+    command = [
+        sys.executable,
+        "-m",
+        "jobs.recompute",
+        "--bootstrap",
+        kafka.bootstrap,
+        "--out",
+        str(out),
+        "--settle-timeout",
+        "60",
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    seconds = round(time.monotonic() - started, 1)
+    report_path = out / "report.json"
+    if done.returncode not in (0, 3) or not report_path.exists():
+        tail = (done.stderr or done.stdout)[-400:]
+        return {"ran": False, "why": f"exit {done.returncode}: {tail}", "seconds": seconds}
+    report = orjson.loads(report_path.read_bytes())
+    tables = report["tables"]
+
+    def differing(name: str) -> int:
+        entry = tables[name]
+        return int(entry["mismatched"] + entry["missing_in_stream"] + entry["missing_in_batch"])
+
+    return {
+        "ran": True,
+        "exit": done.returncode,
+        "seconds": seconds,
+        "cut_settled": report["cut_settled"],
+        "word_keys_differing": differing("word_counts"),
+        "stores_differing": differing("inventory"),
+        "word_keys_wrong_measured": measured.keys_over + measured.keys_under,
+        "stores_wrong_measured": measured.stores_wrong,
+        "words_over_measured": measured.words_over,
+    }
 
 
 def _wait_ready(worker: Worker) -> str | None:
