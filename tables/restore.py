@@ -168,12 +168,7 @@ class TrackedRecovery(Recovery):
     async def _ends_consumer(self) -> AIOKafkaConsumer:
         """A ``read_committed`` consumer of the recovery's own, for end offsets."""
         if self._ends is None:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self._bootstrap(),
-                group_id=None,
-                enable_auto_commit=False,
-                isolation_level="read_committed",
-            )
+            consumer = self._reader()
             await consumer.start()
             self._ends = consumer
         return self._ends
@@ -184,6 +179,16 @@ class TrackedRecovery(Recovery):
             with contextlib.suppress(Exception):
                 await self._ends.stop()
             self._ends = None
+
+    def _reader(self, **options: Any) -> AIOKafkaConsumer:
+        """A consumer outside the group that reads committed records only."""
+        return AIOKafkaConsumer(
+            bootstrap_servers=self._bootstrap(),
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            **options,
+        )
 
     def _bootstrap(self) -> str:
         settings = getattr(self.app, "settings", None)
@@ -217,16 +222,10 @@ class TrackedRecovery(Recovery):
         plan = bulk_plan({tp: offsets.get(tp) for tp in tables}, highwaters, min_records)
         if not plan:
             return
-        bootstrap = self._bootstrap()
         budget = float(self.app.conf.broker_request_timeout) * self.bulk_budget_share
         started = time.monotonic()
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            max_partition_fetch_bytes=16 * 1024 * 1024,
-            fetch_max_bytes=64 * 1024 * 1024,
+        consumer = self._reader(
+            max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024
         )
         read = 0
         try:
