@@ -61,6 +61,7 @@ class RestoreStats:
             "records_by_table": dict(self.records_by_table),
             "standby_records": self.standby_records,
             "bulk_records": self.bulk_records,
+            "bulk_duration_s": self.bulk_duration_s,
         }
 
 
@@ -152,8 +153,13 @@ class TrackedRecovery(Recovery):
         if not self.app.in_transaction or not tps:
             await super()._build_highwaters(consumer, tps, destination, title)
             return
-        helper = await self._ends_consumer()
-        ends = await helper.end_offsets([KafkaTP(tp.topic, tp.partition) for tp in tps])
+        try:
+            helper = await self._ends_consumer()
+            ends = await helper.end_offsets([KafkaTP(tp.topic, tp.partition) for tp in tps])
+        except Exception as exc:  # the broker did not answer: faust's own figures, as before
+            logger.warning("last stable offsets unavailable (%r): using faust's highwaters", exc)
+            await super()._build_highwaters(consumer, tps, destination, title)
+            return
         destination.clear()
         for tp in tps:
             end = ends.get(KafkaTP(tp.topic, tp.partition))
