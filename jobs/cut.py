@@ -15,14 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 Offsets = dict[str, dict[int, int]]
+T = TypeVar("T")
+
+#: Lookups of the group coordinator before the cut gives up, and the pause between.
+COORDINATOR_ATTEMPTS = 20
+COORDINATOR_RETRY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -103,21 +109,33 @@ class OffsetReader:
     async def starts(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         return dict(await self._consumer.beginning_offsets(tps)) if tps else {}
 
+    async def _coordinated(self, request: Callable[[], Awaitable[T]]) -> T:
+        """``request`` to the group coordinator, asked again while there is none yet.
+
+        On a cluster where no group has ever joined, the first lookup creates the offsets
+        topic and fails until its leader is elected; a coordinator moving during a broker
+        failover fails the same way for a moment.
+        """
+        for _ in range(COORDINATOR_ATTEMPTS - 1):
+            try:
+                return await request()
+            except GroupCoordinatorNotAvailableError:
+                await asyncio.sleep(COORDINATOR_RETRY_S)
+        return await request()
+
     async def committed(self) -> dict[TopicPartition, int]:
-        try:
-            answer = await self._admin.list_consumer_group_offsets(self.group)
-        except GroupCoordinatorNotAvailableError:
-            # No group has ever committed on this cluster (no offsets topic yet).
-            return {}
+        answer = await self._coordinated(
+            lambda: self._admin.list_consumer_group_offsets(self.group)
+        )
         return {tp: meta.offset for tp, meta in answer.items() if meta.offset >= 0}
 
     async def members(self) -> int | None:
         """How many members the consumer group has now (None: the broker did not say)."""
         try:
-            responses = await self._admin.describe_consumer_groups([self.group])
-        except GroupCoordinatorNotAvailableError:
-            return 0  # no group has ever joined on this cluster
-        except Exception:  # an older broker or a transient error: assume someone is there
+            responses = await self._coordinated(
+                lambda: self._admin.describe_consumer_groups([self.group])
+            )
+        except Exception:  # an older broker or a lasting error: assume someone is there
             return None
         for response in responses:
             # DescribeGroups: (error_code, group_id, state, protocol_type, protocol, members...)
