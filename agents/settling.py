@@ -22,6 +22,7 @@ from agents.dlq import DeadLetters
 from app.semantics import InvalidEvent, check_key, parse_item_event, parse_payment
 from app.settings import Settings
 from app.topics import ITEM_EVENTS, PAYMENTS, SETTLED_SALES
+from tables.batch import APPLIED_TABLE, BatchProcessor
 from tables.exactly_once import ExactlyOnceState
 from tables.join import LEFT, RIGHT, JoinResult, JoinWindow, StreamJoin
 from tables.restore import TrackedRecovery
@@ -43,7 +44,11 @@ JOIN_NAME = "settling"
 
 
 def register(
-    app: faust.App, settings: Settings, unsettled_sales: Any, dlq: DeadLetters
+    app: faust.App,
+    settings: Settings,
+    unsettled_sales: Any,
+    dlq: DeadLetters,
+    processor: BatchProcessor,
 ) -> StreamJoin:
     """Declare the settling agent; return its join (whose tables hold the buffers)."""
     both = app.topic(
@@ -69,6 +74,14 @@ def register(
         partitions=settings.topic_partitions,
         on_changelog_event=_restore_counter(app),
     )
+    # item-events has one committed offset for this agent and the inventory agent's
+    # batches, which commit it: no further than this agent has gone.
+    processor.share(
+        ITEM_EVENTS,
+        state.progress,
+        partitions=settings.topic_partitions,
+        on_changelog_event=_restore_counter(app)(APPLIED_TABLE),
+    )
     join = StreamJoin(state, JOIN_NAME, SETTLE_WINDOW, left="sales", right="payments")
     # The counts live beside the join's buffers and are restored with them; unsettled_sales
     # receives their absolute values, so rewriting one can never count a sale twice.
@@ -81,6 +94,7 @@ def register(
         async for event in stream.events():
             if state.replayed(event):
                 continue
+            result: JoinResult | None = None
             if event.message.topic == ITEM_EVENTS:
                 result = _on_item_event(join, event, settings)
             else:
@@ -88,17 +102,17 @@ def register(
                     result = _on_payment(join, event, settings)
                 except InvalidEvent as error:
                     await dlq.send(event, error.reason)
-                    continue
-            if result is None:
-                continue
-            for sale, payment in result.pairs:
-                pair = orjson.dumps({"sale": sale, "payment": payment})
-                state.send(settled, _store_key(sale), pair)
-            for sale in result.unmatched:
-                store = _store_key(sale)
-                count = int(counts.get(store) or 0) + 1
-                counts[store] = count
-                state.write(unsettled_sales, store, count)
+            if result is not None:
+                for sale, payment in result.pairs:
+                    pair = orjson.dumps({"sale": sale, "payment": payment})
+                    state.send(settled, _store_key(sale), pair)
+                for sale in result.unmatched:
+                    store = _store_key(sale)
+                    count = int(counts.get(store) or 0) + 1
+                    counts[store] = count
+                    state.write(unsettled_sales, store, count)
+            # Every event, even one that changed nothing: how far this agent has gone
+            # bounds the offset the inventory agent's batches commit for item-events.
             await state.commit_event(event)
 
     return join

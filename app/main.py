@@ -197,7 +197,7 @@ def build_pipeline(app: StreamstateApp, settings: Settings) -> Pipeline:
     sales.register(app, settings, sales_feed, tables.sales_by_category, processor)
     products.register(app, settings, sources[topics.PRODUCTS], dlq)
     corrections.register(app, settings, tables, processor)
-    settling.register(app, settings, tables.unsettled_sales, dlq)
+    settling.register(app, settings, tables.unsettled_sales, dlq, processor)
 
     async def flush_standby_buffers() -> None:
         # faust buffers 1,000 standby updates per partition before writing them: without

@@ -19,6 +19,13 @@ commit, so local state never holds what Kafka aborted; a kill -9 between the two
 local state behind the changelog, and the worker discards it at the next start
 (``tables/checkpoint.py``).
 
+A source topic that another agent of the app reads too (:meth:`BatchProcessor.share`)
+has one committed offset for both: a batch commits it no further than the other reader
+has put its results in the same transactional producer, and records its own applied
+offset in the ``batch_offsets`` table in the same transaction. After a restart or a
+move, the events between the committed offset and that applied offset are fetched again
+and left out here (the other reader skips what it had done in the same way).
+
 ``at_least_once``: RocksDB first, then the changelog through the table (which keeps the
 persisted changelog offset that a restart resumes from) and the outputs through the
 producer; faust flushes the producer before it commits the gated offsets.
@@ -41,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+from faust.types.enums import ProcessingGuarantee
 from rocksdict import WriteBatch
 
 logger = logging.getLogger(__name__)
@@ -113,6 +121,9 @@ class CommitGate:
         self.poisoned: set[Any] = set()
         #: exactly_once: batches commit their offsets themselves.
         self.own_commits = False
+        #: topics other agents read too: under exactly_once faust's commit may also commit
+        #: them, as far as both its acks (every reader's) and the applied batches go
+        self.shared: set[str] = set()
         self._installed: Any = None
 
     def install(self, consumer: Any) -> None:
@@ -126,9 +137,10 @@ class CommitGate:
                 if tp.topic not in self.topics:
                     continue
                 applied = self.applied.get(tp)
-                if self.own_commits or applied is None or tp in self.poisoned:
+                own = self.own_commits and tp.topic not in self.shared
+                if own or applied is None or tp in self.poisoned:
                     # Under exactly_once each batch commits its own offset in its
-                    # transaction; nothing else may.
+                    # transaction; nothing else may (but for shared topics).
                     del offsets[tp]
                     continue
                 offset = min(offsets[tp], applied)
@@ -148,12 +160,27 @@ class CommitGate:
             self.poisoned.discard(tp)
 
 
+#: The table of the applied offsets of shared source partitions (exactly_once).
+APPLIED_TABLE = "batch_offsets"
+
+#: Progress of another reader of a shared topic: for a partition, the offset before
+#: which it has handed all its results to the partition's transactional producer, or
+#: None when it does not know yet.
+Progress = Callable[[Any], "int | None"]
+
+
 class BatchProcessor:
     """Applies :class:`PartitionBatch` es of the agents that declared it."""
 
     def __init__(self, app: faust.App) -> None:
         self.app = app
         self.gate = CommitGate()
+        #: topic -> the progress of the app's other readers of it (exactly_once)
+        self.sharers: defaultdict[str, list[Progress]] = defaultdict(list)
+        #: exactly_once, shared topics: source partition -> applied offset, changelogged
+        self.applied_table: Any = None
+        #: shared partitions whose applied offset has been read from ``applied_table``
+        self._loaded: set[Any] = set()
         self._locks: defaultdict[tuple[str, int], asyncio.Lock] = defaultdict(asyncio.Lock)
         #: per partition, the first offset of a hole: events from there are applied only
         #: once that offset is fetched again
@@ -172,14 +199,64 @@ class BatchProcessor:
         if contiguous:
             self.contiguous.update(names)
 
+    def share(self, topic: str, progress: Progress, **table_options: Any) -> None:
+        """Another agent of the app reads ``topic`` too. Under exactly_once a batch then
+        commits the topic's offset no further than ``progress`` says that agent has
+        gone, and keeps its own applied offset in the ``batch_offsets`` table (declared
+        here with ``table_options``)."""
+        self.sharers[topic].append(progress)
+        self.gate.shared.add(topic)
+        conf: Any = self.app.conf
+        exactly_once = conf.processing_guarantee == ProcessingGuarantee.EXACTLY_ONCE
+        if exactly_once and self.applied_table is None:
+            self.applied_table = self.app.Table(
+                APPLIED_TABLE,
+                key_type=bytes,
+                value_type=int,
+                default=None,
+                help="batches: the last applied offset of each shared source partition",
+                **table_options,
+            )
+
     async def on_revoked_signal(self, sender: Any, revoked: Iterable[Any], **kwargs: Any) -> None:
         """``app.on_partitions_revoked`` receiver. A hole waiting to be fetched again is
-        forgotten too: a later assignment starts from the committed offset."""
+        forgotten too: a later assignment starts from the committed offset. A shared
+        partition's applied offset is read again from its table: another worker may
+        have applied more meanwhile."""
         revoked = list(revoked)
         self.gate.forget(revoked)
         for tp in revoked:
             self.rewind.pop(tp, None)
             self._holes.pop(tp, None)
+            if tp in self._loaded:
+                self._loaded.discard(tp)
+                self.gate.applied.pop(tp, None)
+
+    def _load_applied(self, tp: Any) -> None:
+        """A shared partition's applied offset from ``batch_offsets`` (tables restored)."""
+        if tp in self._loaded or self.applied_table is None or tp.topic not in self.sharers:
+            return
+        stored = read(self.applied_table, tp.partition, _applied_key(tp))
+        if stored is not None:
+            applied = max(
+                self.gate.applied.get(tp, 0), int(decode_value(self.applied_table, stored))
+            )
+            self.gate.applied[tp] = applied
+            hole = self.rewind.get(tp)
+            if hole is not None and hole < applied:
+                # What lies below was applied already: wait for the first offset after it.
+                self.rewind[tp] = applied
+        self._loaded.add(tp)
+
+    def _shared_bound(self, tp: Any) -> int | None:
+        """How far the other readers of a shared partition have gone; None if unknown."""
+        bound: int | None = None
+        for progress in self.sharers.get(tp.topic, ()):
+            done = progress(tp)
+            if done is None:
+                return None
+            bound = done if bound is None else min(bound, done)
+        return bound
 
     def lock(self, table: Any, partition: int) -> asyncio.Lock:
         """Held while a batch reads and writes ``table``'s partition; other writers of the
@@ -235,6 +312,7 @@ class BatchProcessor:
         self.install_skip_watch(self.app.consumer)
         assignment = self.app.consumer.assignment()
         ready = not needs_tables or self._tables_ready()
+        load = self.applied_table is not None
         groups: dict[Any, list[Any]] = {}
         for tp, group in by_partition(events).items():
             for event in group:
@@ -247,6 +325,9 @@ class BatchProcessor:
                     len(group),
                 )
                 continue
+            shared = load and tp.topic in self.sharers
+            if shared and self._tables_ready():
+                self._load_applied(tp)
             applied = self.gate.applied.get(tp, 0)
             # A seek back can deliver a record again while its first copy still waits
             # in the batch: one event per offset.
@@ -254,7 +335,7 @@ class BatchProcessor:
             if not unique:
                 continue
             offsets = sorted(unique)
-            if not ready:
+            if not ready or (shared and tp not in self._loaded):
                 self._rewind_to(tp, offsets[0], "tables still restoring")
                 continue
             hole = self.rewind.get(tp)
@@ -430,10 +511,24 @@ class BatchProcessor:
         lock = producer._trn_locks.get(transactional_id)
         if lock is None:
             raise BatchFailed(f"no transactional producer {transactional_id} for {tp}")
+        applied = batch.last_offset + 1
+        commit_to: int | None = applied
+        if tp.topic in self.sharers and self.applied_table is not None:
+            batch.set(
+                self.applied_table, _applied_key(tp), encode_value(self.applied_table, applied)
+            )
         async with lock:
             transaction = producer._transaction_producers.get(transactional_id)
             if transaction is None:
                 raise BatchFailed(f"transactional producer {transactional_id} is stopped")
+            if tp.topic in self.sharers:
+                # Read under the lock: the other readers hand their results to this
+                # producer under it, so all they had done by now commits with this batch.
+                bound = self._shared_bound(tp)
+                commit_to = None if bound is None else min(applied, bound)
+                committed = app.consumer._committed_offset.get(tp)
+                if commit_to is not None and committed is not None and commit_to <= committed:
+                    commit_to = None
             sends = []
             for table, items in batch.writes.items():
                 topic = table.changelog_topic.get_topic_name()
@@ -454,17 +549,23 @@ class BatchProcessor:
                 )
             if sends:
                 await asyncio.gather(*sends)
-            await transaction.send_offsets_to_transaction({tp: batch.last_offset + 1}, app.conf.id)
+            if commit_to is not None:
+                await transaction.send_offsets_to_transaction({tp: commit_to}, app.conf.id)
             await transaction.commit_transaction()
             await transaction.begin_transaction()
-        # faust's own commit need not commit this offset again.
-        app.consumer._committed_offset[tp] = batch.last_offset + 1
+        if commit_to is not None:
+            # faust's own commit need not commit this offset again.
+            app.consumer._committed_offset[tp] = commit_to
         for table, items in batch.writes.items():
             _write_local(table, tp.partition, items)
 
 
 class BatchFailed(RuntimeError):
     """A batch could not be applied; its partition takes no more batches."""
+
+
+def _applied_key(tp: Any) -> bytes:
+    return f"{tp.topic}:{tp.partition}".encode()
 
 
 def _persisted(store: Any, delivered: asyncio.Future[Any]) -> None:

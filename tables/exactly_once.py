@@ -107,7 +107,12 @@ class ExactlyOnceState:
         self.partitions = partitions
         self.on_changelog_event = on_changelog_event
         self._pending: list[Output] = []
+        #: source partition -> the offset before which every event's results have been
+        #: handed to the partition's transactional producer (this run)
+        self._progress: dict[Any, int] = {}
         self.offsets = self.table(f"{name}_offsets", help=f"{name}: last source offset applied")
+        revoked: Any = app.on_partitions_revoked
+        revoked.connect(self._on_revoked)
 
     def table(self, name: str, **options: Any) -> Any:
         """Declare a table whose writes are part of this state."""
@@ -129,7 +134,28 @@ class ExactlyOnceState:
         if not self.app.in_transaction:
             return False
         applied = self.offsets.get(self._offset_key(event))
-        return applied is not None and event.message.offset <= int(applied)
+        if applied is None or event.message.offset > int(applied):
+            return False
+        self._advance(event.message.tp, event.message.offset)
+        return True
+
+    def progress(self, tp: Any) -> int | None:
+        """The offset of ``tp`` before which every event's results are in the partition's
+        transactional producer (exactly-once): from this run, else from the restored
+        record of the last event applied; None if neither is known."""
+        done = self._progress.get(tp)
+        if done is not None:
+            return done
+        stored = self.offsets.data._db_for_partition(tp.partition).get(
+            self._offset_key_of(tp.topic, tp.partition)
+        )
+        if stored is None:
+            return None
+        return int(self.offsets.data._decode_value(stored)) + 1
+
+    def _advance(self, tp: Any, offset: int) -> None:
+        if offset + 1 > self._progress.get(tp, -1):
+            self._progress[tp] = offset + 1
 
     def write(self, table: Any, key: Any, value: Any) -> None:
         """Set a key of a table declared elsewhere, its changelog record part of this event."""
@@ -181,8 +207,19 @@ class ExactlyOnceState:
                 await transaction.send(
                     record.topic, record.value, key=record.key, partition=record.partition
                 )
+            self._advance(message.tp, message.offset)
+
+    async def _on_revoked(self, sender: Any, revoked: Any, **kwargs: Any) -> None:
+        """Partitions revoked: their progress is read again from the table next time (what
+        this run handed over may have been aborted, or another worker gone further)."""
+        for tp in revoked:
+            self._progress.pop(tp, None)
 
     @staticmethod
     def _offset_key(event: Any) -> bytes:
         message = event.message
-        return f"{message.topic}:{message.partition}".encode()
+        return ExactlyOnceState._offset_key_of(message.topic, message.partition)
+
+    @staticmethod
+    def _offset_key_of(topic: str, partition: int) -> bytes:
+        return f"{topic}:{partition}".encode()

@@ -316,22 +316,12 @@ def test_buffered_join_state_survives_a_restart_mid_stream(tmp_path: Path) -> No
     restart_mid_stream(tmp_path, "restart", "at_least_once", Worker.stop)
 
 
-EOS_RESTART = pytest.mark.xfail(
-    strict=False,
-    reason="under exactly_once, faust 0.15 sometimes stops delivering partitions after a "
-    "restart while events were in flight (its stop also logs a commit outside any "
-    "transaction); exact in 4 of 7 kill -9 runs here; see the README",
-)
-
-
-@EOS_RESTART
 def test_restart_mid_stream_loses_and_duplicates_nothing_under_exactly_once(
     tmp_path: Path,
 ) -> None:
     restart_mid_stream(tmp_path, "restart-eos", "exactly_once", Worker.stop)
 
 
-@EOS_RESTART
 def test_kill9_mid_stream_loses_and_duplicates_nothing_under_exactly_once(
     tmp_path: Path,
 ) -> None:

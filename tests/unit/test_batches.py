@@ -12,7 +12,7 @@ from agents.words import REPARTITION_TOPIC, added_counts, chunks, split_batch
 from app.semantics import tokenize
 from app.settings import Settings
 from app.topics import partition_for
-from tables.batch import CommitGate, Output, by_partition
+from tables.batch import BatchProcessor, CommitGate, Output, by_partition
 
 
 @dataclass(frozen=True)
@@ -164,3 +164,34 @@ def test_the_gate_commits_no_further_than_applied_batches() -> None:
     gate.forget([lines_tp])
     gate.own_commits = True  # exactly_once: each batch commits in its transaction
     assert consumer._filter_committable_offsets(tps) == {other: 50}
+    gate.shared.add("text-lines")  # read by another agent too: faust's acks count theirs
+    assert consumer._filter_committable_offsets(tps) == {lines_tp: 90, other: 50}
+    gate.applied[lines_tp] = 60
+    assert consumer._filter_committable_offsets(tps) == {lines_tp: 60, other: 50}
+
+
+@dataclass
+class Conf:
+    processing_guarantee: str = "at_least_once"
+
+
+@dataclass
+class App:
+    conf: Conf
+
+
+def test_a_shared_topic_commits_no_further_than_its_slowest_reader() -> None:
+    processor = BatchProcessor(App(Conf()))  # type: ignore[arg-type]
+    tp = TP("item-events", 3)
+    assert processor._shared_bound(tp) is None  # nobody else reads it
+    progress: dict[str, int | None] = {"settling": None, "audit": 80}
+    processor.share("item-events", lambda _: progress["settling"])
+    processor.share("item-events", lambda _: progress["audit"])
+    assert processor.gate.shared == {"item-events"}
+    assert processor.applied_table is None  # at_least_once: faust's acks bound the commit
+    # one reader has not said how far it has gone: nothing may be committed for it
+    assert processor._shared_bound(tp) is None
+    progress["settling"] = 95
+    assert processor._shared_bound(tp) == 80
+    progress["audit"] = 120
+    assert processor._shared_bound(tp) == 95
