@@ -20,6 +20,7 @@ from api import create_api
 from api.server import ApiServer, LegacyWebDisabled
 from app import topics
 from app.admin import ensure_topics
+from app.commits import commit_before_revoke, dedupe_acked
 from app.fetching import seek_back_on_skip
 from app.settings import Settings
 from tables.batch import BatchProcessor
@@ -92,6 +93,8 @@ class StreamstateApp(faust.App):
     def _new_consumer(self) -> Any:
         consumer = super()._new_consumer()
         seek_back_on_skip(consumer)
+        commit_before_revoke(consumer)
+        dedupe_acked(consumer)
         self.pipeline.processor.install_skip_watch(consumer)
         return consumer
 
