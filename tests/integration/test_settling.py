@@ -328,6 +328,33 @@ def test_kill9_mid_stream_loses_and_duplicates_nothing_under_exactly_once(
     restart_mid_stream(tmp_path, "kill9", "exactly_once", Worker.kill9)
 
 
+def test_a_failover_to_another_worker_loses_and_duplicates_nothing_under_exactly_once(
+    tmp_path: Path,
+) -> None:
+    data = generate(seed=9, sales_n=600)
+    env = {"PROCESSING_GUARANTEE": "exactly_once"}
+    with local_kafka("settling-failover", port=PORT) as kafka:
+        first = Worker(kafka, tmp_path / "a", extra_env=env).start()
+        second = Worker(kafka, tmp_path / "b", extra_env=env).start()
+        try:
+            first.wait_ready()
+            second.wait_ready()
+            parts = list(zip(chunks(data.sales, 4), chunks(data.payments, 4), strict=True))
+            for sales, payments in parts[:2]:
+                produce(kafka.bootstrap, "item-events", sales)
+                produce(kafka.bootstrap, "payments", payments)
+            wait_for(lambda: all(buffered(kafka).values()), 60)
+            first.kill9()  # its partitions, open windows included, move to the second
+            for sales, payments in parts[2:]:
+                produce(kafka.bootstrap, "payments", payments)
+                produce(kafka.bootstrap, "item-events", sales)
+            assert_result(kafka, data, timeout=240)
+        finally:
+            first.stop()
+            second.stop()
+        assert unexpected_tracebacks(second.log_text()) == 0
+
+
 def test_buffers_stay_bounded_over_a_long_run(tmp_path: Path) -> None:
     data = generate(seed=11, sales_n=1500, gap_ms=20_000)
     sizes: list[dict[str, int]] = []
