@@ -51,6 +51,8 @@ import faust
 from faust.types.enums import ProcessingGuarantee
 from rocksdict import WriteBatch
 
+from tables.transactions import in_transaction, transactional_id
+
 logger = logging.getLogger(__name__)
 
 
@@ -505,22 +507,15 @@ class BatchProcessor:
     async def _apply_in_transaction(self, batch: PartitionBatch) -> None:
         tp = batch.tp
         app: Any = self.app
-        group = app.assignor.group_for_topic(tp.topic)
-        transactional_id = f"{app.conf.id}-{group}-{tp.partition}"
+        tid = transactional_id(app, tp.topic, tp.partition)
         producer: Any = app.producer
-        lock = producer._trn_locks.get(transactional_id)
-        if lock is None:
-            raise BatchFailed(f"no transactional producer {transactional_id} for {tp}")
         applied = batch.last_offset + 1
         commit_to: int | None = applied
         if tp.topic in self.sharers and self.applied_table is not None:
             batch.set(
                 self.applied_table, _applied_key(tp), encode_value(self.applied_table, applied)
             )
-        async with lock:
-            transaction = producer._transaction_producers.get(transactional_id)
-            if transaction is None:
-                raise BatchFailed(f"transactional producer {transactional_id} is stopped")
+        async with in_transaction(producer, tid) as transaction:
             if tp.topic in self.sharers:
                 # Read under the lock: the other readers hand their results to this
                 # producer under it, so all they had done by now commits with this batch.

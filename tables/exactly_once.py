@@ -30,6 +30,7 @@ from faust.streams import current_event
 from rocksdict import WriteBatch
 
 from tables.batch import Output
+from tables.transactions import in_transaction, transactional_id
 
 logger = logging.getLogger(__name__)
 
@@ -197,12 +198,10 @@ class ExactlyOnceState:
                 )
             return
         message = event.message
-        group = self.app.assignor.group_for_topic(message.topic)
-        transactional_id = f"{self.app.conf.id}-{group}-{message.partition}"
-        # The lock faust's commit takes for this transaction: no commit can fall between
-        # these records, and those of a later event cannot join an earlier commit.
-        async with producer._trn_locks[transactional_id]:
-            transaction = producer._transaction_producers[transactional_id]
+        tid = transactional_id(self.app, message.topic, message.partition)
+        # Under the lock faust's commit takes for this transaction: no commit can fall
+        # between these records, and those of a later event cannot join an earlier commit.
+        async with in_transaction(producer, tid) as transaction:
             for record in records:
                 await transaction.send(
                     record.topic, record.value, key=record.key, partition=record.partition
