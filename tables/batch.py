@@ -238,7 +238,7 @@ class BatchProcessor:
         """A shared partition's applied offset from ``batch_offsets`` (tables restored)."""
         if tp in self._loaded or self.applied_table is None or tp.topic not in self.sharers:
             return
-        stored = read(self.applied_table, tp.partition, _applied_key(tp))
+        stored = read(self.applied_table, tp.partition, partition_key(tp.topic, tp.partition))
         if stored is not None:
             applied = max(
                 self.gate.applied.get(tp, 0), int(decode_value(self.applied_table, stored))
@@ -513,7 +513,9 @@ class BatchProcessor:
         commit_to: int | None = applied
         if tp.topic in self.sharers and self.applied_table is not None:
             batch.set(
-                self.applied_table, _applied_key(tp), encode_value(self.applied_table, applied)
+                self.applied_table,
+                partition_key(tp.topic, tp.partition),
+                encode_value(self.applied_table, applied),
             )
         async with in_transaction(producer, tid) as transaction:
             if tp.topic in self.sharers:
@@ -559,8 +561,9 @@ class BatchFailed(RuntimeError):
     """A batch could not be applied; its partition takes no more batches."""
 
 
-def _applied_key(tp: Any) -> bytes:
-    return f"{tp.topic}:{tp.partition}".encode()
+def partition_key(topic: str, partition: int) -> bytes:
+    """The key a table keeps a source partition's offset under: ``topic:partition``."""
+    return f"{topic}:{partition}".encode()
 
 
 def _persisted(store: Any, delivered: asyncio.Future[Any]) -> None:

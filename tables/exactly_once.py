@@ -29,7 +29,7 @@ import faust
 from faust.streams import current_event
 from rocksdict import WriteBatch
 
-from tables.batch import Output
+from tables.batch import Output, partition_key
 from tables.transactions import in_transaction, transactional_id
 
 logger = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ class ExactlyOnceState:
         if done is not None:
             return done
         stored = self.offsets.data._db_for_partition(tp.partition).get(
-            self._offset_key_of(tp.topic, tp.partition)
+            partition_key(tp.topic, tp.partition)
         )
         if stored is None:
             return None
@@ -216,9 +216,4 @@ class ExactlyOnceState:
 
     @staticmethod
     def _offset_key(event: Any) -> bytes:
-        message = event.message
-        return ExactlyOnceState._offset_key_of(message.topic, message.partition)
-
-    @staticmethod
-    def _offset_key_of(topic: str, partition: int) -> bytes:
-        return f"{topic}:{partition}".encode()
+        return partition_key(event.message.topic, event.message.partition)
