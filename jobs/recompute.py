@@ -88,14 +88,27 @@ def batch_views(spark: Any, options: Options, cut: Cut, say: Progress) -> dict[s
         transforms.word_counts(read["text-lines"], limit), options.out, "word_counts"
     )
     say(f"word_counts: {views['word_counts'].count()} words recomputed")
-    events = transforms.item_events(read["item-events"], limit).persist()
-    views["inventory"] = kio.write_view(transforms.inventory(events), options.out, "inventory")
-    say(f"inventory: {views['inventory'].count()} stores recomputed")
     versions = transforms.product_versions(read["products"], limit)
-    sales = transforms.sales_by_category(transforms.enrich_sales(events, versions))
+    # Both store views come from one aggregation, kept while both are written. The first
+    # pass parses item events in the plain JSON form in the JVM; a second pass, only when
+    # the first left any, parses the others in Python.
+    plain = transforms.plain_events(read["item-events"], limit)
+    totals = transforms.store_totals(plain, versions).persist()
+    pending = transforms.pending_records(totals)
+    if pending:
+        say(f"item-events: {pending} records outside the plain JSON form, parsed in Python")
+        other = transforms.store_totals(
+            transforms.other_events(read["item-events"], limit), versions
+        )
+        merged = transforms.merge_totals(totals, other).persist()
+        totals.unpersist()
+        totals = merged
+    views["inventory"] = kio.write_view(transforms.inventory(totals), options.out, "inventory")
+    say(f"inventory: {views['inventory'].count()} stores recomputed")
+    sales = transforms.sales_by_category(totals)
     views["sales_by_category"] = kio.write_view(sales, options.out, "sales_by_category")
     say(f"sales_by_category: {views['sales_by_category'].count()} windows recomputed")
-    events.unpersist()
+    totals.unpersist()
     return views
 
 

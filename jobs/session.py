@@ -1,15 +1,24 @@
-"""The Spark session of the batch job, with Spark's Kafka source on its classpath.
+"""The Spark session of the batch job, with Spark's Kafka source and the job's own Java
+UDFs on its classpath.
 
 The connector (``spark-sql-kafka-0-10``, the version of the installed pyspark) is resolved
 from Maven Central by ``jobs/pom.xml`` once, into ``.cache/spark-jars-<version>/``, and
 passed as ``spark.jars``: Spark's own ``spark.jars.packages`` resolver does not read
 Maven's settings. An image that copied the connector into pyspark's own ``jars/`` folder
 needs neither.
+
+The Java UDFs (``jobs/java/``: the plain item-event parser) are compiled with ``javac``
+against pyspark's jars into ``.cache/spark-udfs-<version>-<source hash>.jar`` on first use,
+or installed into pyspark's ``jars/`` folder (``python -m jobs.session --install-udfs``, as
+the batch image does). Without a JDK the job still runs: every record is then parsed in
+Python, which is slower.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,6 +30,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 POM = Path(__file__).resolve().parent / "pom.xml"
 CONNECTOR = "spark-sql-kafka-0-10"
+JAVA_SOURCES = Path(__file__).resolve().parent / "java"
+#: The Java UDFs: SQL name -> (class, return type).
+JAVA_UDFS = {
+    "streamstate_plain_item_event": (
+        "streamstate.jobs.PlainItemEvent",
+        "struct<ok:boolean,event_id:string,store_id:string,sku:string,kind:string,"
+        "quantity:bigint,unit_price:double,ts:bigint>",
+    ),
+}
+UDF_JAR_PREFIX = "streamstate-udfs"
 #: Modules the executors' Python workers import (the UDFs call the shared semantics).
 SHIPPED = ("app/__init__.py", "app/models.py", "app/semantics.py", "jobs/__init__.py")
 
@@ -35,12 +54,15 @@ def spark_version() -> str:
     return str(pyspark.__version__)
 
 
-def bundled_connector() -> bool:
-    """Whether pyspark's own jars folder already holds the Kafka source."""
+def pyspark_jars() -> Path:
     import pyspark
 
-    jars = Path(pyspark.__file__).resolve().parent / "jars"
-    return any(jars.glob(f"{CONNECTOR}_*.jar"))
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def bundled_connector() -> bool:
+    """Whether pyspark's own jars folder already holds the Kafka source."""
+    return any(pyspark_jars().glob(f"{CONNECTOR}_*.jar"))
 
 
 def jar_cache(version: str | None = None) -> Path:
@@ -77,6 +99,79 @@ def resolve_jars(cache: Path | None = None) -> list[Path]:
     return jars
 
 
+def _udf_sources() -> list[Path]:
+    return sorted(JAVA_SOURCES.rglob("*.java"))
+
+
+def udf_jar_name() -> str:
+    digest = hashlib.sha256()
+    for source in _udf_sources():
+        digest.update(source.relative_to(JAVA_SOURCES).as_posix().encode())
+        digest.update(source.read_bytes())
+    return f"{UDF_JAR_PREFIX}-{spark_version()}-{digest.hexdigest()[:12]}.jar"
+
+
+def bundled_udfs() -> Path | None:
+    """The UDF jar in pyspark's own jars folder, if this version of it is installed there."""
+    jar = pyspark_jars() / udf_jar_name()
+    return jar if jar.exists() else None
+
+
+def build_udf_jar(target: Path) -> Path:
+    """Compile ``jobs/java`` against pyspark's jars into the jar ``target``."""
+    javac = shutil.which("javac")
+    if javac is None:
+        raise SparkSetupError("javac not found: the Java UDFs need a JDK to be built")
+    classpath = os.pathsep.join(str(j) for j in sorted(pyspark_jars().glob("*.jar")))
+    with tempfile.TemporaryDirectory(prefix="streamstate-udfs-") as scratch:
+        classes = Path(scratch) / "classes"
+        command = [javac, "--release", "17", "-nowarn", "-cp", classpath, "-d", str(classes)]
+        done = subprocess.run(
+            command + [str(s) for s in _udf_sources()], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise SparkSetupError(f"javac failed: {done.stderr.strip()[-2000:]}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".jar.tmp")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+            for path in sorted(classes.rglob("*.class")):
+                archive.write(path, path.relative_to(classes).as_posix())
+        partial.replace(target)
+    return target
+
+
+def udf_jar() -> Path | None:
+    """The jar of the Java UDFs: installed, cached, or built now; None without a JDK."""
+    installed = bundled_udfs()
+    if installed is not None:
+        return installed
+    cached = ROOT / ".cache" / udf_jar_name()
+    if cached.exists():
+        return cached
+    try:
+        print("recompute: compiling the Java UDFs", file=sys.stderr)
+        return build_udf_jar(cached)
+    except SparkSetupError as error:
+        print(f"recompute: {error}; parsing every record in Python", file=sys.stderr)
+        return None
+
+
+def register_udfs(spark: Any) -> bool:
+    """Register the Java UDFs on ``spark``; False when their classes are not loadable."""
+    try:
+        for name, (cls, return_type) in JAVA_UDFS.items():
+            spark.udf.registerJavaFunction(name, cls, return_type)
+    except Exception as error:  # py4j reports a missing class as a generic error
+        print(
+            f"recompute: Java UDFs unavailable ({type(error).__name__}); "
+            "parsing every record in Python",
+            file=sys.stderr,
+        )
+        return False
+    return True
+
+
 def _ship_semantics(spark: Any) -> None:
     """On a cluster, send the pure modules the UDFs import to the executors."""
     target = Path(tempfile.mkdtemp(prefix="streamstate-pyfiles-")) / "streamstate_jobs.zip"
@@ -99,8 +194,12 @@ def build_session(master: str | None, shuffle_partitions: int | None = None) -> 
     builder = SparkSession.builder.appName("streamstate-recompute")
     if master:
         builder = builder.master(master)
-    if not bundled_connector():
-        builder = builder.config("spark.jars", ",".join(str(j) for j in resolve_jars()))
+    jars = [] if bundled_connector() else resolve_jars()
+    udfs = udf_jar()
+    if udfs is not None and udfs.parent != pyspark_jars():
+        jars.append(udfs)
+    if jars:
+        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
     if master is not None and master.startswith("local"):
         # Executors' Python workers must run the interpreter that has the project.
         builder = builder.config("spark.pyspark.python", sys.executable)
@@ -117,20 +216,34 @@ def build_session(master: str | None, shuffle_partitions: int | None = None) -> 
     spark.sparkContext.setLogLevel("WARN")
     if not str(spark.sparkContext.master).startswith("local"):
         _ship_semantics(spark)
+    if udfs is not None and str(udfs) not in spark.sparkContext.getConf().get("spark.jars", ""):
+        # Under spark-submit the session existed before: spark.jars set here came too late.
+        spark.sql(f"ADD JAR '{udfs}'")
+    register_udfs(spark)
     return spark
 
 
-def main() -> int:
-    """``python -m jobs.session``: resolve the connector jars now (``make spark-jars``)."""
-    if bundled_connector():
-        print("spark-jars: pyspark already ships the Kafka source")
-        return 0
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jobs.session``: resolve the connector jars and build the UDF jar now
+    (``make spark-jars``); ``--install-udfs`` puts the UDF jar into pyspark's jars folder."""
+    args = sys.argv[1:] if argv is None else argv
     try:
-        jars = resolve_jars()
+        if args == ["--install-udfs"]:
+            target = build_udf_jar(pyspark_jars() / udf_jar_name())
+            print(f"spark-jars: Java UDFs installed as {target}")
+            return 0
+        if bundled_connector():
+            print("spark-jars: pyspark already ships the Kafka source")
+        else:
+            jars = resolve_jars()
+            print(f"spark-jars: {len(jars)} jars in {jars[0].parent}")
+        udfs = udf_jar()
     except SparkSetupError as error:
         print(f"spark-jars: {error}", file=sys.stderr)
         return 1
-    print(f"spark-jars: {len(jars)} jars in {jars[0].parent}")
+    if udfs is None:
+        return 1
+    print(f"spark-jars: Java UDFs in {udfs}")
     return 0
 
 

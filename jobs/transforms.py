@@ -2,24 +2,59 @@
 
 Input frames have the Kafka source's columns (``key``, ``value``, ``partition``,
 ``offset``, ``timestamp``). Every rule that the stream applies per record comes from
-``app.semantics``: lines that are pure ASCII are tokenised natively (lower-case, split on
-``[^a-zA-Z0-9_]+``, which is Python's ``\\W+`` restricted to ASCII), all other lines and
-every JSON record go through Arrow UDFs that call the same functions as the workers.
+``app.semantics``. Most records never reach Python: lines that are pure ASCII are
+tokenised in the JVM, and item events in the plain JSON form (a flat object of the
+schema's fields, strings without escapes) are parsed and validated in the JVM by rules
+that restate the schema's. Every other record goes through Arrow UDFs that call the
+same functions as the workers, so a record outside the plain form is judged by the
+stream's own code.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd  # type: ignore[import-untyped]
+import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as sf
 from pyspark.sql.pandas import functions as pandas_functions
 
 from app import semantics
+from jobs.session import JAVA_UDFS
 
-# pyspark's overloads of pandas_udf cannot type a UDF over untyped pandas (no stubs here).
-pandas_udf: Any = pandas_functions.pandas_udf
+_arrow_udf: Any = pandas_functions.arrow_udf
+
+
+def arrow_udf(function: Any, return_type: str) -> Any:
+    """A UDF over Arrow arrays that runs once per row. Marked nondeterministic so that the
+    optimizer does not copy it into a filter on its result, which would run it twice."""
+    return _arrow_udf(function, return_type).asNondeterministic()
+
+
+def _to_python(array: Any) -> list[Any]:
+    """An Arrow array's values as Python objects (bytes for binary, None for null)."""
+    return list(array.to_pylist())
+
+
+def _arrow_struct(schema: str) -> Any:
+    """The Arrow struct type of a DDL schema of flat fields (``name type, ...``)."""
+    types = {
+        "boolean": pa.bool_(),
+        "string": pa.string(),
+        "long": pa.int64(),
+        "double": pa.float64(),
+    }
+    return pa.struct(
+        [pa.field(name, types[kind]) for name, kind in (f.split() for f in schema.split(", "))]
+    )
+
+
+def _struct(arrow_type: Any, columns: dict[str, list[Any]]) -> Any:
+    return pa.StructArray.from_arrays(
+        [pa.array(columns[field.name], type=field.type) for field in arrow_type],
+        fields=list(arrow_type),
+    )
+
 
 #: Window-key separator of sales_by_category keys: ``<category>@<window start ms>``.
 WINDOW_KEY_SEP = "@"
@@ -29,40 +64,52 @@ ITEM_EVENT_SCHEMA = (
     "quantity long, unit_price double, ts long"
 )
 PRODUCT_SCHEMA = "ok boolean, category string"
+_ITEM_EVENT_FIELDS = [c.split()[0] for c in ITEM_EVENT_SCHEMA.split(", ")]
 
 
 # -- word_counts ---------------------------------------------------------------------
 
 
 def _tokens_udf(max_bytes: int) -> Any:
-    def tokens(values: pd.Series) -> pd.Series:
-        out: list[list[str]] = []
-        for raw in values:
-            if raw is None:  # an ASCII line, split in the JVM
-                out.append([])
+    list_type = pa.list_(pa.string())
+
+    def tokens(values: pa.Array) -> pa.Array:
+        if values.null_count == len(values):  # a batch of ASCII lines, split in the JVM
+            return pa.nulls(len(values), list_type)
+        out: list[list[str] | None] = []
+        for raw in _to_python(values):
+            if raw is None:  # an ASCII line
+                out.append(None)
                 continue
             try:
                 line = semantics.decode_text_line(raw, max_bytes)
             except semantics.InvalidEvent:
-                out.append([])
+                out.append(None)
                 continue
             out.append(semantics.tokenize(line))
-        return pd.Series(out)
+        return pa.array(out, type=list_type)
 
-    return pandas_udf(tokens, "array<string>")
+    return arrow_udf(tokens, "array<string>")
+
+
+#: The ASCII characters that are not word characters (``[^a-zA-Z0-9_]``): Python's
+#: ``\W`` on an ASCII line.
+ASCII_NON_WORD = "".join(chr(c) for c in range(128) if not (chr(c).isalnum() or chr(c) == "_"))
 
 
 def words(lines: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:
     """One row per token of every valid text line: ``word``.
 
-    One pass over the lines: ASCII lines are split in the JVM and reach the Python UDF
-    as nulls (cheap to skip), so the topic is read once.
+    One pass over the lines: an ASCII line is split in the JVM (its non-word characters
+    become spaces, then one split on the space, without a regular expression), and
+    reaches the Python UDF as a null (cheap to skip), so the topic is read once.
     """
     text = sf.col("value").cast("string")
     sized = lines.where(sf.col("value").isNotNull() & (sf.octet_length("value") <= max_bytes))
     # Invalid UTF-8 becomes U+FFFD in Java's String, so it never looks like ASCII here.
     is_ascii = ~text.rlike("[^\\x00-\\x7F]")
-    native = sf.split(sf.lower(text), "[^a-zA-Z0-9_]+")
+    spaced = sf.translate(sf.lower(text), ASCII_NON_WORD, " " * len(ASCII_NON_WORD))
+    native = sf.split(spaced, " ")
     python = _tokens_udf(max_bytes)(sf.when(~is_ascii, sf.col("value")))
     tokens = sf.when(is_ascii, native).otherwise(python)
     return sized.select(sf.explode(tokens).alias("word")).where(sf.col("word") != "")
@@ -81,76 +128,97 @@ def word_counts(lines: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) 
 
 
 def _item_events_udf(max_bytes: int) -> Any:
-    def parse(keys: pd.Series, values: pd.Series) -> pd.DataFrame:
-        rows: list[tuple[Any, ...]] = []
-        for key, raw in zip(keys, values, strict=True):
+    arrow_type = _arrow_struct(ITEM_EVENT_SCHEMA)
+
+    def parse(keys: pa.Array, values: pa.Array) -> pa.Array:
+        if values.null_count == len(values):  # a batch parsed in the JVM
+            return pa.nulls(len(values), arrow_type)
+        columns: dict[str, list[Any]] = {name: [None] * len(values) for name in _ITEM_EVENT_FIELDS}
+        for i, (key, raw) in enumerate(zip(_to_python(keys), _to_python(values), strict=True)):
+            if raw is None:  # parsed in the JVM
+                continue
             try:
                 event = semantics.parse_item_event(raw, max_bytes)
                 semantics.check_key(key, event.store_id, "store_id")
             except semantics.InvalidEvent:
-                rows.append((False, None, None, None, None, None, None, None))
+                columns["ok"][i] = False
                 continue
-            rows.append(
-                (
-                    True,
-                    event.event_id,
-                    event.store_id,
-                    event.sku,
-                    event.kind,
-                    event.quantity,
-                    event.unit_price,
-                    event.ts,
-                )
-            )
-        return pd.DataFrame(rows, columns=[c.split()[0] for c in ITEM_EVENT_SCHEMA.split(", ")])
+            columns["ok"][i] = True
+            for name in _ITEM_EVENT_FIELDS[1:]:
+                columns[name][i] = getattr(event, name)
+        return _struct(arrow_type, columns)
 
-    return pandas_udf(parse, ITEM_EVENT_SCHEMA)
+    return arrow_udf(parse, ITEM_EVENT_SCHEMA)
+
+
+#: The Java UDF that parses item events in the plain form (jobs/java, jobs/session.py).
+PLAIN_ITEM_EVENT_UDF = "streamstate_plain_item_event"
+_PLAIN_TYPE = JAVA_UDFS[PLAIN_ITEM_EVENT_UDF][1]
+
+
+def plain_item_events(records: DataFrame, max_bytes: int) -> Column:
+    """Per record, the Java parse of an item event in the plain form: ``ok`` and the fields,
+    null for a record outside that form (or for all when the UDF is not registered)."""
+    if not records.sparkSession.catalog.functionExists(PLAIN_ITEM_EVENT_UDF):
+        return sf.lit(None).cast(_PLAIN_TYPE)
+    return sf.call_function(PLAIN_ITEM_EVENT_UDF, sf.col("key"), sf.col("value"), sf.lit(max_bytes))
+
+
+def plain_events(records: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:
+    """The first pass over item events, in the JVM alone: the fields of the valid events in
+    the plain form; for each record outside it a row with ``pending`` 1 (left for
+    :func:`other_events`). Invalid events and pending rows have null fields, which every
+    aggregation of :func:`store_totals` leaves out."""
+    parsed = records.select(plain_item_events(records, max_bytes).alias("p"))
+    return parsed.select(
+        *[sf.col("p")[f].alias(f) for f in _ITEM_EVENT_FIELDS[1:]],
+        sf.col("p").isNull().cast("long").alias("pending"),
+    )
+
+
+def other_events(records: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:
+    """The second pass: the records outside the plain form, judged by the stream's own
+    validation in Python; the valid events, with ``pending`` 0."""
+    outside = records.where(plain_item_events(records, max_bytes).isNull())
+    parsed = outside.select(_item_events_udf(max_bytes)(sf.col("key"), sf.col("value")).alias("e"))
+    return parsed.where(sf.col("e.ok")).select(
+        *[sf.col("e")[f].alias(f) for f in _ITEM_EVENT_FIELDS[1:]], sf.lit(0).alias("pending")
+    )
 
 
 def item_events(records: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:
-    """Valid item events (invalid ones are the stream's DLQ): the event's fields."""
-    parsed = records.select(_item_events_udf(max_bytes)(sf.col("key"), sf.col("value")).alias("e"))
-    return parsed.where(sf.col("e.ok")).select("e.*").drop("ok")
-
-
-def inventory(events: DataFrame) -> DataFrame:
-    """The batch view of inventory: ``key``, ``store_id``, ``on_hand`` (map), ``updated_at``."""
-    delta = sf.when(sf.col("kind") == "sale", -sf.col("quantity")).otherwise(sf.col("quantity"))
-    per_sku = events.groupBy("store_id", "sku").agg(
-        sf.sum(delta).alias("on_hand"), sf.max("ts").alias("updated_at")
+    """Valid item events (invalid ones are the stream's DLQ): the event's fields and
+    ``pending`` 0. Both passes; the job runs the second only when the first left records."""
+    plain = plain_events(records, max_bytes).where(
+        (sf.col("pending") == 0) & sf.col("event_id").isNotNull()
     )
-    return (
-        per_sku.groupBy("store_id")
-        .agg(
-            sf.map_from_entries(sf.collect_list(sf.struct("sku", "on_hand"))).alias("on_hand"),
-            sf.max("updated_at").alias("updated_at"),
-        )
-        .select(sf.col("store_id").alias("key"), "store_id", "on_hand", "updated_at")
-    )
+    return plain.unionByName(other_events(records, max_bytes))
 
 
-# -- sales_by_category ---------------------------------------------------------------
+# -- inventory and sales_by_category -----------------------------------------------
 
 
 def _products_udf(max_bytes: int) -> Any:
-    def parse(keys: pd.Series, values: pd.Series) -> pd.DataFrame:
-        rows: list[tuple[bool, str | None]] = []
-        for key, raw in zip(keys, values, strict=True):
+    arrow_type = _arrow_struct(PRODUCT_SCHEMA)
+
+    def parse(keys: pa.Array, values: pa.Array) -> pa.Array:
+        columns: dict[str, list[Any]] = {"ok": [], "category": []}
+        for key, raw in zip(_to_python(keys), _to_python(values), strict=True):
+            ok, category = True, None  # a tombstone (null value) deletes the product
             if key is None:
-                rows.append((False, None))
-            elif raw is None:
-                rows.append((True, None))  # a tombstone deletes the product
-            else:
+                ok = False
+            elif raw is not None:
                 try:
                     product = semantics.parse_product(raw, max_bytes)
                     semantics.check_key(key, product.sku, "sku")
+                    category = product.category
                 except semantics.InvalidEvent:
-                    rows.append((False, None))
-                    continue
-                rows.append((True, product.category))
-        return pd.DataFrame(rows, columns=["ok", "category"])
+                    ok = False
+            columns["ok"].append(ok)
+            columns["category"].append(category)
+        return _struct(arrow_type, columns)
 
-    return pandas_udf(parse, PRODUCT_SCHEMA)
+    return arrow_udf(parse, PRODUCT_SCHEMA)
 
 
 def product_versions(records: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:
@@ -165,43 +233,125 @@ def product_versions(records: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_
     return parsed.where(sf.col("p.ok")).select("sku", "at", "offset", sf.col("p.category"))
 
 
-def enrich_sales(events: DataFrame, versions: DataFrame) -> DataFrame:
-    """Sales with the category of their product's latest version at or before ``ts``.
+#: ``until`` of a catalogue version that nothing replaced.
+_FOREVER_MS = 2**63 - 1
 
-    Versions and sales of one SKU are ordered by time, a version before a sale of the same
-    millisecond (``timestamp <= ts``) and versions of one millisecond by offset; each sale
-    takes the last version before it ("unknown" when none, or when it is a deletion).
+
+def catalogue_spans(versions: DataFrame) -> DataFrame:
+    """The time each catalogue version holds for its SKU: ``sku``, ``since`` (inclusive),
+    ``until`` (exclusive, the next version's ``at``), ``category`` (null: deleted).
+
+    Versions of one SKU follow each other by time, and by offset within a millisecond;
+    of several versions of one millisecond only the last holds any time.
     """
-    sales = events.where(sf.col("kind") == "sale").select(
+    order = Window.partitionBy("sku").orderBy("at", "offset")
+    return versions.select(
         "sku",
-        sf.col("ts").alias("at"),
-        sf.lit(1).alias("order"),
-        sf.lit(None).cast("long").alias("offset"),
-        sf.lit(None).cast("struct<category:string>").alias("version"),
-        sf.col("quantity").alias("units"),
-        (sf.col("quantity").cast("double") * sf.col("unit_price")).alias("revenue"),
+        sf.col("at").alias("since"),
+        sf.coalesce(sf.lead("at").over(order), sf.lit(_FOREVER_MS)).alias("until"),
+        "category",
     )
-    catalogue = versions.select(
+
+
+def with_categories(events: DataFrame, versions: DataFrame) -> DataFrame:
+    """The events, each sale with ``category``: that of its product's version at ``ts``
+    (a version counts from its own millisecond on), "unknown" when there is none or it is
+    a deletion; null for the other events.
+
+    A join on the SKU and the version's time span, not a sort of the sales: a sale finds
+    at most one span, since a SKU's spans do not overlap. The catalogue is small, so the
+    join is usually a broadcast (Spark decides at run time).
+    """
+    sale = sf.col("e.kind") == "sale"
+    spans = catalogue_spans(versions).alias("v")
+    ts = sf.col("e.ts")
+    on = (
+        sale
+        & (sf.col("e.sku") == sf.col("v.sku"))
+        & (sf.col("v.since") <= ts)
+        & (ts < sf.col("v.until"))
+    )
+    category = sf.coalesce(sf.col("v.category"), sf.lit(semantics.UNKNOWN_CATEGORY))
+    return (
+        events.alias("e")
+        .join(spans, on, "left")
+        .select("e.*", sf.when(sale, category).alias("category"))
+    )
+
+
+def store_totals(events: DataFrame, versions: DataFrame) -> DataFrame:
+    """inventory and sales_by_category in one aggregation of the events (grouping sets),
+    so that the events are read and parsed once for both:
+
+    - rows with ``store_id``, ``sku``: ``on_hand`` (sum of stock deltas), ``updated_at``
+    - rows with ``category``, ``window_start``: ``units``, ``revenue`` of the sales
+    """
+    frame = with_categories(events, versions)
+    sale = sf.col("kind") == "sale"
+    delta = sf.when(sale, -sf.col("quantity")).otherwise(sf.col("quantity"))
+    start = sf.col("ts") - sf.col("ts") % sf.lit(semantics.HOUR_MS)
+    rows = frame.select(
+        "store_id",
         "sku",
-        "at",
-        sf.lit(0).alias("order"),
-        "offset",
-        sf.struct("category").alias("version"),
-        sf.lit(None).cast("long").alias("units"),
-        sf.lit(None).cast("double").alias("revenue"),
+        "category",
+        sf.when(sale, start).alias("window_start"),
+        delta.alias("delta"),
+        "ts",
+        sf.when(sale, sf.col("quantity")).alias("units"),
+        sf.when(sale, sf.col("quantity").cast("double") * sf.col("unit_price")).alias("revenue"),
+        "pending",
     )
-    timeline = (
-        Window.partitionBy("sku")
-        .orderBy("at", "order", "offset")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return rows.groupingSets(
+        [["store_id", "sku"], ["category", "window_start"]],
+        "store_id",
+        "sku",
+        "category",
+        "window_start",
+    ).agg(
+        sf.sum("delta").alias("on_hand"),
+        sf.max("ts").alias("updated_at"),
+        sf.sum("units").alias("units"),
+        sf.sum("revenue").alias("revenue"),
+        sf.sum("pending").alias("pending"),
+        sf.grouping("store_id").alias("by_category"),
     )
-    known = sf.last("version", ignorenulls=True).over(timeline)
-    merged = sales.unionByName(catalogue).withColumn("known", known)
-    return merged.where(sf.col("order") == 1).select(
-        sf.coalesce(sf.col("known.category"), sf.lit(semantics.UNKNOWN_CATEGORY)).alias("category"),
-        sf.col("at").alias("ts"),
-        "units",
-        "revenue",
+
+
+_TOTALS_KEYS = ("store_id", "sku", "category", "window_start", "by_category")
+
+
+def pending_records(totals: DataFrame) -> int:
+    """How many records the first pass left for the second (see :func:`plain_events`)."""
+    rows = totals.where((sf.col("by_category") == 0) & sf.col("store_id").isNull())
+    [[count]] = rows.agg(sf.sum("pending")).collect()
+    return int(count or 0)
+
+
+def merge_totals(first: DataFrame, second: DataFrame) -> DataFrame:
+    """The totals of both passes over the events (sums and maxima combine)."""
+    return (
+        first.unionByName(second)
+        .groupBy(*_TOTALS_KEYS)
+        .agg(
+            sf.sum("on_hand").alias("on_hand"),
+            sf.max("updated_at").alias("updated_at"),
+            sf.sum("units").alias("units"),
+            sf.sum("revenue").alias("revenue"),
+            sf.lit(0).cast("long").alias("pending"),
+        )
+    )
+
+
+def inventory(totals: DataFrame) -> DataFrame:
+    """The batch view of inventory: ``key``, ``store_id``, ``on_hand`` (map), ``updated_at``."""
+    per_sku = totals.where((sf.col("by_category") == 0) & sf.col("store_id").isNotNull())
+    return (
+        per_sku.groupBy("store_id")
+        .agg(
+            sf.map_from_entries(sf.collect_list(sf.struct("sku", "on_hand"))).alias("on_hand"),
+            sf.max("updated_at").alias("updated_at"),
+        )
+        .select(sf.col("store_id").alias("key"), "store_id", "on_hand", "updated_at")
     )
 
 
@@ -209,14 +359,11 @@ def window_key(category: Column, start_ms: Column) -> Column:
     return sf.concat(category, sf.lit(WINDOW_KEY_SEP), start_ms.cast("string"))
 
 
-def sales_by_category(sales: DataFrame) -> DataFrame:
+def sales_by_category(totals: DataFrame) -> DataFrame:
     """The batch view of sales_by_category: ``key``, ``category``, ``window_start`` (ms),
     ``units``, ``revenue``, one row per category and tumbling hour."""
-    start = sf.col("ts") - sf.col("ts") % sf.lit(semantics.HOUR_MS)
-    totals = sales.groupBy("category", start.alias("window_start")).agg(
-        sf.sum("units").alias("units"), sf.sum("revenue").alias("revenue")
-    )
-    return totals.select(
+    windows = totals.where((sf.col("by_category") == 1) & sf.col("category").isNotNull())
+    return windows.select(
         window_key(sf.col("category"), sf.col("window_start")).alias("key"),
         "category",
         "window_start",

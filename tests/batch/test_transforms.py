@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from app import semantics
-from jobs import compare, transforms
+from jobs import compare, session, transforms
 
 pytestmark = pytest.mark.batch
 
@@ -97,7 +97,8 @@ def test_inventory_sums_deltas_and_keeps_the_latest_ts(spark: Any) -> None:
         (b"s1", event("s1", "a", "sale", 1, T0 + 3), 6, T0),  # sale without price: DLQ
     ]
     events = transforms.item_events(kafka_rows(spark, rows))
-    [row] = transforms.inventory(events).collect()
+    totals = transforms.store_totals(events, transforms.product_versions(kafka_rows(spark, [])))
+    [row] = transforms.inventory(totals).collect()
     assert row["key"] == "s1"
     assert dict(row["on_hand"]) == {"a": 7, "b": 0}
     assert row["updated_at"] == T0 + 9
@@ -129,11 +130,11 @@ def test_sales_take_the_category_of_the_latest_product_version_at_their_time(spa
             (b"s", event("s", "a", "restock", 9, T0 + 250), 5, 0),  # not a sale
         ],
     )
-    sales = transforms.enrich_sales(
+    totals = transforms.store_totals(
         transforms.item_events(events), transforms.product_versions(versions)
     )
     view = {
-        r["key"]: (r["units"], r["revenue"]) for r in transforms.sales_by_category(sales).collect()
+        r["key"]: (r["units"], r["revenue"]) for r in transforms.sales_by_category(totals).collect()
     }
     assert view == {
         f"unknown@{T0}": (5, 5.0),
@@ -196,3 +197,246 @@ def test_compare_finds_each_kind_of_difference_and_tolerates_revenue_rounding(
     assert records[b"c"]["value"] == {"units": 1, "revenue": 1.0}
     assert records[b"c"]["expected"] is None
     assert records[b"d"]["value"] is None
+
+
+def _sale(**fields: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "event_id": "e",
+        "store_id": "s1",
+        "sku": "a",
+        "kind": "sale",
+        "quantity": 2,
+        "unit_price": 1.5,
+        "ts": T0,
+    }
+    body.update(fields)
+    return body
+
+
+def _record(n: int, value: bytes | None, key: bytes | None = b"s1") -> tuple[Any, ...]:
+    return (key, value, n, T0)
+
+
+#: (description, key, value): item events in and out of the plain form, valid and not.
+ITEM_RECORDS: list[tuple[str, bytes | None, bytes | None]] = [
+    ("model order", b"s1", orjson.dumps(_sale(event_id="a1"))),
+    (
+        "other order",
+        b"s1",
+        b'{"ts":5,"kind":"sale","unit_price":2.25,"sku":"b","store_id":"s1","quantity":1,"event_id":"a2"}',
+    ),
+    (
+        "spaces",
+        b"s1",
+        b'{ "event_id" : "a3", "store_id": "s1",\n\t"sku": "a", "kind": "restock",'
+        b' "quantity": 7, "ts": 9 }\r\n',
+    ),
+    (
+        "duplicate, last wins",
+        b"s1",
+        b'{"event_id":"a4","store_id":"s1","sku":"a","kind":"sale","quantity":0,"unit_price":1,"ts":1,"quantity":3,"ts":2}',
+    ),
+    (
+        "duplicate of another type",
+        b"s1",
+        b'{"event_id":"a5","store_id":"s1","sku":"a","kind":"adjust","quantity":"x","quantity":-3,"ts":1}',
+    ),
+    ("escaped quote", b"s1", orjson.dumps(_sale(event_id='a6"q'))),
+    (
+        "escaped unicode",
+        b"s1",
+        b'{"event_id":"a7\\u00e9","store_id":"s1","sku":"a","kind":"restock","quantity":1,"ts":1}',
+    ),
+    ("non-ASCII store", "störe".encode(), orjson.dumps(_sale(event_id="a8", store_id="störe"))),
+    (
+        "extra field",
+        b"s1",
+        b'{"event_id":"a9","note":{"x":[1,2]},"store_id":"s1","sku":"a","kind":"restock","quantity":1,"ts":1}',
+    ),
+    ("integer price", b"s1", orjson.dumps(_sale(event_id="a10", unit_price=2))),
+    (
+        "null price on a restock",
+        b"s1",
+        b'{"event_id":"a11","store_id":"s1","sku":"a","kind":"restock","quantity":1,"unit_price":null,"ts":1}',
+    ),
+    (
+        "sale without price",
+        b"s1",
+        b'{"event_id":"a12","store_id":"s1","sku":"a","kind":"sale","quantity":1,"ts":1}',
+    ),
+    ("null price on a sale", b"s1", orjson.dumps(_sale(event_id="a13", unit_price=None))),
+    ("adjust by zero", b"s1", orjson.dumps(_sale(event_id="a14", kind="adjust", quantity=0))),
+    ("adjust down", b"s1", orjson.dumps(_sale(event_id="a15", kind="adjust", quantity=-3))),
+    ("negative sale", b"s1", orjson.dumps(_sale(event_id="a16", quantity=-1))),
+    ("quantity too large", b"s1", orjson.dumps(_sale(event_id="a17", quantity=1_000_001))),
+    ("quantity at the limit", b"s1", orjson.dumps(_sale(event_id="a18", quantity=1_000_000))),
+    ("float quantity", b"s1", orjson.dumps(_sale(event_id="a19", quantity=1.0))),
+    (
+        "leading zero",
+        b"s1",
+        b'{"event_id":"a20","store_id":"s1","sku":"a","kind":"restock","quantity":01,"ts":1}',
+    ),
+    ("negative ts", b"s1", orjson.dumps(_sale(event_id="a21", ts=-1))),
+    ("ts past year 9999", b"s1", orjson.dumps(_sale(event_id="a22", ts=253_402_300_800_000))),
+    ("ts at the limit", b"s1", orjson.dumps(_sale(event_id="a23", ts=253_402_300_799_999))),
+    (
+        "huge ts",
+        b"s1",
+        b'{"event_id":"a24","store_id":"s1","sku":"a","kind":"restock","quantity":1,"ts":123456789012345678901234}',
+    ),
+    ("empty event_id", b"s1", orjson.dumps(_sale(event_id=""))),
+    ("event_id of 256", b"s1", orjson.dumps(_sale(event_id="x" * 256))),
+    ("event_id of 257", b"s1", orjson.dumps(_sale(event_id="y" * 257))),
+    ("unknown kind", b"s1", orjson.dumps(_sale(event_id="a25", kind="return"))),
+    ("upper-case kind", b"s1", orjson.dumps(_sale(event_id="a26", kind="SALE"))),
+    ("key mismatch", b"s2", orjson.dumps(_sale(event_id="a27"))),
+    ("no key", None, orjson.dumps(_sale(event_id="a28"))),
+    ("price at the limit", b"s1", orjson.dumps(_sale(event_id="a29", unit_price=1e9))),
+    ("price over the limit", b"s1", orjson.dumps(_sale(event_id="a30", unit_price=1.0000001e9))),
+    (
+        "negative zero price",
+        b"s1",
+        b'{"event_id":"a31","store_id":"s1","sku":"a","kind":"sale","quantity":1,"unit_price":-0.0,"ts":1}',
+    ),
+    ("negative price", b"s1", orjson.dumps(_sale(event_id="a32", unit_price=-0.5))),
+    (
+        "infinite price",
+        b"s1",
+        b'{"event_id":"a33","store_id":"s1","sku":"a","kind":"sale","quantity":1,"unit_price":1e400,"ts":1}',
+    ),
+    (
+        "exponent price",
+        b"s1",
+        b'{"event_id":"a34","store_id":"s1","sku":"a","kind":"sale","quantity":1,"unit_price":1.5E-3,"ts":1}',
+    ),
+    (
+        "string price",
+        b"s1",
+        b'{"event_id":"a35","store_id":"s1","sku":"a","kind":"sale","quantity":1,"unit_price":"2","ts":1}',
+    ),
+    (
+        "number as string field",
+        b"s1",
+        b'{"event_id":36,"store_id":"s1","sku":"a","kind":"restock","quantity":1,"ts":1}',
+    ),
+    (
+        "missing event_id",
+        b"s1",
+        b'{"store_id":"s1","sku":"a","kind":"restock","quantity":1,"ts":1}',
+    ),
+    ("trailing garbage", b"s1", orjson.dumps(_sale(event_id="a37")) + b"x"),
+    ("trailing line separator", b"s1", orjson.dumps(_sale(event_id="a38")) + "\u2028".encode()),
+    ("two objects", b"s1", orjson.dumps(_sale(event_id="a39")) * 2),
+    ("an array", b"s1", b"[" + orjson.dumps(_sale(event_id="a40")) + b"]"),
+    (
+        "single quotes",
+        b"s1",
+        b"{'event_id':'a41','store_id':'s1','sku':'a','kind':'restock','quantity':1,'ts':1}",
+    ),
+    (
+        "invalid UTF-8",
+        b"s1",
+        b'{"event_id":"a42\xff","store_id":"s1","sku":"a","kind":"restock","quantity":1,"ts":1}',
+    ),
+    (
+        "control character",
+        b"s1",
+        b'{"event_id":"a43\x01","store_id":"s1","sku":"a","kind":"restock","quantity":1,"ts":1}',
+    ),
+    ("null value", b"s1", None),
+    ("over the size limit", b"s1", orjson.dumps(_sale(event_id="z" * 200))),
+    ("empty object", b"s1", b"{}"),
+    ("not JSON", b"s1", b"sale of 2 apples"),
+]
+ITEM_MAX_BYTES = 200
+
+
+def _python_item_event(key: bytes | None, value: bytes | None) -> tuple[Any, ...] | None:
+    try:
+        event = semantics.parse_item_event(value, ITEM_MAX_BYTES)
+        semantics.check_key(key, event.store_id, "store_id")
+    except semantics.InvalidEvent:
+        return None
+    return (
+        event.event_id,
+        event.store_id,
+        event.sku,
+        event.kind,
+        event.quantity,
+        event.unit_price,
+        event.ts,
+    )
+
+
+def test_item_events_equal_the_stream_validation_in_and_out_of_the_plain_form(spark: Any) -> None:
+    assert spark.catalog.functionExists(transforms.PLAIN_ITEM_EVENT_UDF)
+    frame = kafka_rows(spark, [_record(n, v, k) for n, (_, k, v) in enumerate(ITEM_RECORDS)])
+    stream = sorted(
+        e for _, key, value in ITEM_RECORDS if (e := _python_item_event(key, value)) is not None
+    )
+    events = transforms.item_events(frame, ITEM_MAX_BYTES).drop("pending")
+    batch = sorted(tuple(r) for r in events.collect())
+    assert batch == stream
+    # Both paths ran: valid and invalid events in and out of the plain form.
+    parsed = frame.select("offset", transforms.plain_item_events(frame, ITEM_MAX_BYTES).alias("p"))
+    verdicts = {r["offset"]: r["p"] and r["p"]["ok"] for r in parsed.collect()}
+    named = {description: n for n, (description, _, _) in enumerate(ITEM_RECORDS)}
+    for description in ("model order", "other order", "spaces", "duplicate, last wins"):
+        assert verdicts[named[description]] is True, description
+    for description in ("adjust by zero", "key mismatch", "event_id of 257", "infinite price"):
+        assert verdicts[named[description]] is False, description
+    for description in ("escaped quote", "non-ASCII store", "extra field", "string price"):
+        assert verdicts[named[description]] is None, description
+    assert ("a4", "s1", "a", "sale", 3, 1.0, 2) in batch
+    assert ("a5", "s1", "a", "adjust", -3, None, 1) in batch
+    assert len(stream) >= 15
+
+
+def test_item_events_without_the_java_udf_are_all_parsed_in_python(spark: Any) -> None:
+    frame = kafka_rows(spark, [_record(n, v, k) for n, (_, k, v) in enumerate(ITEM_RECORDS)])
+    with_udf = sorted(tuple(r) for r in transforms.item_events(frame, ITEM_MAX_BYTES).collect())
+    assert with_udf
+    spark.sql(f"DROP TEMPORARY FUNCTION {transforms.PLAIN_ITEM_EVENT_UDF}")
+    try:
+        assert not spark.catalog.functionExists(transforms.PLAIN_ITEM_EVENT_UDF)
+        rows = transforms.item_events(frame, ITEM_MAX_BYTES).collect()
+    finally:
+        assert session.register_udfs(spark)
+    assert sorted(tuple(r) for r in rows) == with_udf
+
+
+def test_the_second_pass_adds_the_records_the_first_left_and_nothing_else(spark: Any) -> None:
+    plain = [orjson.dumps(_sale(event_id=f"p{n}", sku="a", quantity=n % 3 + 1)) for n in range(6)]
+    escaped = [orjson.dumps(_sale(event_id=f'q"{n}', sku="a", ts=T0 + HOUR)) for n in range(3)]
+    restock = [
+        b'{"event_id": "r", "note": 1, "store_id": "s1", "sku": "b", "kind": "restock",'
+        b' "quantity": 9, "ts": 7}'
+    ]
+    invalid = [orjson.dumps(_sale(event_id="x", quantity=0)), b"not json"]
+    values = plain + escaped + restock + invalid
+    frame = kafka_rows(spark, [_record(n, v) for n, v in enumerate(values)])
+    versions = transforms.product_versions(
+        kafka_rows(spark, [(b"a", product("a", "dairy"), 0, T0 - HOUR)])
+    )
+    first = transforms.store_totals(transforms.plain_events(frame), versions).persist()
+    assert transforms.pending_records(first) == len(escaped) + len(restock) + 1  # "not json"
+    second = transforms.store_totals(transforms.other_events(frame), versions)
+    merged = transforms.merge_totals(first, second)
+    whole = transforms.store_totals(transforms.item_events(frame), versions)
+
+    def views(totals: Any) -> tuple[Any, Any]:
+        inventory = {r["key"]: dict(r["on_hand"]) for r in transforms.inventory(totals).collect()}
+        sales = {
+            r["key"]: (r["units"], r["revenue"])
+            for r in transforms.sales_by_category(totals).collect()
+        }
+        return inventory, sales
+
+    assert views(merged) == views(whole)
+    inventory, sales = views(merged)
+    sold = sum(n % 3 + 1 for n in range(6))
+    assert inventory == {"s1": {"a": -sold - 2 * len(escaped), "b": 9}}
+    assert sales == {
+        f"dairy@{T0}": (sold, sold * 1.5),
+        f"dairy@{T0 + HOUR}": (2 * len(escaped), 2 * len(escaped) * 1.5),
+    }
