@@ -13,6 +13,7 @@ import asyncio
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -79,37 +80,49 @@ def _take_cut(options: Options) -> Cut:
     )
 
 
-def batch_views(spark: Any, options: Options, cut: Cut, say: Progress) -> dict[str, Any]:
-    """Recompute the three tables from the sources up to the cut; written as Parquet."""
-    read = {t: kio.read_range(spark, options.bootstrap, t, cut.sources.get(t, {})) for t in SOURCES}
+def _word_count_view(options: Options, lines: Any, say: Progress) -> Any:
+    counts = transforms.word_counts(lines, options.max_event_bytes)
+    view = kio.write_view(counts, options.out, "word_counts")
+    say(f"word_counts: {view.count()} words recomputed")
+    return view
+
+
+def _store_views(options: Options, events: Any, products: Any, say: Progress) -> dict[str, Any]:
+    """inventory and sales_by_category from one aggregation, kept while both are written.
+
+    The first pass parses the item events in the plain JSON form in the JVM; a second
+    pass, only when the first left any, parses the others in Python.
+    """
     limit = options.max_event_bytes
-    views: dict[str, Any] = {}
-    views["word_counts"] = kio.write_view(
-        transforms.word_counts(read["text-lines"], limit), options.out, "word_counts"
-    )
-    say(f"word_counts: {views['word_counts'].count()} words recomputed")
-    versions = transforms.product_versions(read["products"], limit)
-    # Both store views come from one aggregation, kept while both are written. The first
-    # pass parses item events in the plain JSON form in the JVM; a second pass, only when
-    # the first left any, parses the others in Python.
-    plain = transforms.plain_events(read["item-events"], limit)
-    totals = transforms.store_totals(plain, versions).persist()
+    versions = transforms.product_versions(products, limit)
+    totals = transforms.store_totals(transforms.plain_events(events, limit), versions).persist()
     pending = transforms.pending_records(totals)
     if pending:
         say(f"item-events: {pending} records outside the plain JSON form, parsed in Python")
-        other = transforms.store_totals(
-            transforms.other_events(read["item-events"], limit), versions
-        )
+        other = transforms.store_totals(transforms.other_events(events, limit), versions)
         merged = transforms.merge_totals(totals, other).persist()
         totals.unpersist()
         totals = merged
-    views["inventory"] = kio.write_view(transforms.inventory(totals), options.out, "inventory")
+    views = {"inventory": kio.write_view(transforms.inventory(totals), options.out, "inventory")}
     say(f"inventory: {views['inventory'].count()} stores recomputed")
     sales = transforms.sales_by_category(totals)
     views["sales_by_category"] = kio.write_view(sales, options.out, "sales_by_category")
     say(f"sales_by_category: {views['sales_by_category'].count()} windows recomputed")
     totals.unpersist()
     return views
+
+
+def batch_views(spark: Any, options: Options, cut: Cut, say: Progress) -> dict[str, Any]:
+    """Recompute the three tables from the sources up to the cut; written as Parquet.
+
+    The word count and the store views are two Spark jobs submitted at once, so that
+    one's tasks fill the cores the other leaves idle (its last tasks, its writes).
+    """
+    read = {t: kio.read_range(spark, options.bootstrap, t, cut.sources.get(t, {})) for t in SOURCES}
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="recompute") as pool:
+        words = pool.submit(_word_count_view, options, read["text-lines"], say)
+        stores = pool.submit(_store_views, options, read["item-events"], read["products"], say)
+        return {"word_counts": words.result(), **stores.result()}
 
 
 def stream_views(spark: Any, options: Options, cut: Cut) -> dict[str, Any]:
@@ -137,20 +150,26 @@ def reconcile(spark: Any, options: Options, cut: Cut, say: Progress) -> dict[str
     horizon = transforms.expired_horizon(cut.taken_at_ms, options.window_retention_ms)
     batch["sales_by_category"] = transforms.live_windows(batch["sales_by_category"], horizon)
     stream["sales_by_category"] = transforms.live_windows(stream["sales_by_category"], horizon)
-    tables: dict[str, Any] = {}
-    published = 0
-    for name, spec in compare.specs(options.app_id).items():
+    specs = compare.specs(options.app_id)
+
+    def reconcile_table(name: str) -> dict[str, Any]:
+        spec = specs[name]
         differences = compare.diff(spec, batch[name], stream[name]).persist()
-        tables[name] = compare.summarize(differences, options.examples)
-        say(f"{name}: compared {tables[name]['keys_compared']} keys")
-        if options.repair and _differs(tables[name]):
+        entry = compare.summarize(differences, options.examples)
+        say(f"{name}: compared {entry['keys_compared']} keys")
+        if options.repair and _differs(entry):
             sent = kio.publish_corrections(
                 options.bootstrap, compare.corrections(spec, differences)
             )
-            tables[name]["corrections_published"] = sent
-            published += sent
+            entry["corrections_published"] = sent
             say(f"{name}: published {sent} corrections")
         differences.unpersist()
+        return entry
+
+    # The tables are compared at once: small Spark jobs, mostly waiting on each other.
+    with ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="compare") as pool:
+        tables = dict(zip(specs, pool.map(reconcile_table, specs), strict=True))
+    published = sum(entry.get("corrections_published", 0) for entry in tables.values())
     return {
         "cut": cut.as_json(),
         "tables": tables,
