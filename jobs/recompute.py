@@ -233,13 +233,25 @@ def run(options: Options, spark: Any = None) -> int:
     """One run; returns the exit status. ``spark`` reuses an existing session."""
     say = Progress()
     options.out.mkdir(parents=True, exist_ok=True)
-    say(f"taking the offset cut on {options.bootstrap} (settle up to {options.settle_s:.0f}s)")
-    cut = _take_cut(options)
+    own_session = spark is None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="session") as pool:
+        # Our own JVM starts while the cut is taken.
+        starting = (
+            pool.submit(build_session, options.master, options.shuffle_partitions)
+            if own_session
+            else None
+        )
+        say(f"taking the offset cut on {options.bootstrap} (settle up to {options.settle_s:.0f}s)")
+        try:
+            cut = _take_cut(options)
+        except BaseException:
+            if starting is not None:
+                starting.result().stop()
+            raise
+        if starting is not None:
+            spark = starting.result()
     idle = ", no worker in the group" if cut.group_members == 0 else ""
     say(f"cut taken ({'settled' if cut.settled else f'NOT settled, lag {cut.group_lag}{idle}'})")
-    own_session = spark is None
-    if own_session:
-        spark = build_session(options.master, options.shuffle_partitions)
     try:
         report = reconcile(spark, options, cut, say)
     finally:
