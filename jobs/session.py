@@ -7,11 +7,12 @@ passed as ``spark.jars``: Spark's own ``spark.jars.packages`` resolver does not 
 Maven's settings. An image that copied the connector into pyspark's own ``jars/`` folder
 needs neither.
 
-The Java UDFs (``jobs/java/``: the plain item-event parser) are compiled with ``javac``
-against pyspark's jars into ``.cache/spark-udfs-<version>-<source hash>.jar`` on first use,
+The Java UDFs (``jobs/java/``: the plain item-event parser, the ASCII tokeniser) are
+compiled with ``javac`` against pyspark's jars into
+``.cache/streamstate-udfs-<version>-<source hash>.jar`` on first use,
 or installed into pyspark's ``jars/`` folder (``python -m jobs.session --install-udfs``, as
-the batch image does). Without a JDK the job still runs: every record is then parsed in
-Python, which is slower.
+the batch image does). Without a JDK the job still runs, slower: every item event is then
+parsed in Python, and ASCII lines are split by Spark SQL functions.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ JAVA_UDFS = {
         "struct<ok:boolean,event_id:string,store_id:string,sku:string,kind:string,"
         "quantity:bigint,unit_price:double,ts:bigint>",
     ),
+    "streamstate_ascii_words": ("streamstate.jobs.AsciiWords", "array<string>"),
 }
 UDF_JAR_PREFIX = "streamstate-udfs"
 #: Modules the executors' Python workers import (the UDFs call the shared semantics).

@@ -92,27 +92,37 @@ def _tokens_udf(max_bytes: int) -> Any:
     return arrow_udf(tokens, "array<string>")
 
 
+#: The Java UDF that tokenises pure-ASCII lines (jobs/java, jobs/session.py).
+ASCII_WORDS_UDF = "streamstate_ascii_words"
 #: The ASCII characters that are not word characters (``[^a-zA-Z0-9_]``): Python's
 #: ``\W`` on an ASCII line.
 ASCII_NON_WORD = "".join(chr(c) for c in range(128) if not (chr(c).isalnum() or chr(c) == "_"))
 
 
-def words(lines: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:
-    """One row per token of every valid text line: ``word``.
-
-    One pass over the lines: an ASCII line is split in the JVM (its non-word characters
-    become spaces, then one split on the space, without a regular expression), and
-    reaches the Python UDF as a null (cheap to skip), so the topic is read once.
-    """
+def ascii_words(lines: DataFrame) -> Column:
+    """Per line, its tokens when it is pure ASCII (null otherwise): the Java UDF, or the
+    same rule in Spark SQL when the UDF is not registered."""
+    if lines.sparkSession.catalog.functionExists(ASCII_WORDS_UDF):
+        return sf.call_function(ASCII_WORDS_UDF, sf.col("value"))
     text = sf.col("value").cast("string")
-    sized = lines.where(sf.col("value").isNotNull() & (sf.octet_length("value") <= max_bytes))
     # Invalid UTF-8 becomes U+FFFD in Java's String, so it never looks like ASCII here.
     is_ascii = ~text.rlike("[^\\x00-\\x7F]")
     spaced = sf.translate(sf.lower(text), ASCII_NON_WORD, " " * len(ASCII_NON_WORD))
-    native = sf.split(spaced, " ")
-    python = _tokens_udf(max_bytes)(sf.when(~is_ascii, sf.col("value")))
-    tokens = sf.when(is_ascii, native).otherwise(python)
-    return sized.select(sf.explode(tokens).alias("word")).where(sf.col("word") != "")
+    return sf.when(is_ascii, sf.filter(sf.split(spaced, " "), lambda w: w != ""))
+
+
+def words(lines: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:
+    """One row per token of every valid text line: ``word``.
+
+    One pass over the lines: an ASCII line is split in the JVM and reaches the Python UDF
+    as a null (cheap to skip), so the topic is read once.
+    """
+    sized = lines.where(sf.col("value").isNotNull() & (sf.octet_length("value") <= max_bytes))
+    staged = sized.select(ascii_words(sized).alias("ascii"), "value")
+    outside = sf.col("ascii").isNull()
+    python = _tokens_udf(max_bytes)(sf.when(outside, sf.col("value")))
+    tokens = sf.when(outside, python).otherwise(sf.col("ascii"))
+    return staged.select(sf.explode(tokens).alias("word")).where(sf.col("word") != "")
 
 
 def word_counts(lines: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:

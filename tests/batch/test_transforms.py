@@ -440,3 +440,29 @@ def test_the_second_pass_adds_the_records_the_first_left_and_nothing_else(spark:
         f"dairy@{T0}": (sold, sold * 1.5),
         f"dairy@{T0 + HOUR}": (2 * len(escaped), 2 * len(escaped) * 1.5),
     }
+
+
+ASCII_LINES = [
+    "".join(chr(c) for c in range(128)),
+    "Don't PANIC: user_42 restocked 12 items at 09:30!!",
+    "\x00a\x7fB\tc\nd\re\x1bf__G  h-i.j,k;l",
+    "_ __ ___",
+    "",
+    "   ",
+]
+
+
+def test_ascii_lines_give_the_stream_tokens_with_and_without_the_java_udf(spark: Any) -> None:
+    assert spark.catalog.functionExists(transforms.ASCII_WORDS_UDF)
+    values = [line.encode() for line in ASCII_LINES + LINES]
+    stream = sorted(t for line in ASCII_LINES + LINES for t in semantics.tokenize(line))
+
+    def batch() -> list[str]:
+        return sorted(r["word"] for r in transforms.words(lines_frame(spark, values)).collect())
+
+    assert batch() == stream
+    spark.sql(f"DROP TEMPORARY FUNCTION {transforms.ASCII_WORDS_UDF}")
+    try:
+        assert batch() == stream
+    finally:
+        assert session.register_udfs(spark)
