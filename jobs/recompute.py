@@ -95,8 +95,15 @@ def _store_views(options: Options, events: Any, products: Any, say: Progress) ->
     """
     limit = options.max_event_bytes
     versions = transforms.product_versions(products, limit)
-    totals = transforms.store_totals(transforms.plain_events(events, limit), versions).persist()
-    pending = transforms.pending_records(totals)
+    if transforms.plain_form_parser(events):
+        first = transforms.plain_events(events, limit)
+        totals = transforms.store_totals(first, versions).persist()
+        pending = transforms.pending_records(totals)
+    else:
+        say("item-events: no Java UDF, every record is parsed in Python")
+        other = transforms.other_events(events, limit)
+        totals = transforms.store_totals(other, versions).persist()
+        pending = 0
     if pending:
         say(f"item-events: {pending} records outside the plain JSON form, parsed in Python")
         other = transforms.store_totals(transforms.other_events(events, limit), versions)

@@ -166,10 +166,15 @@ PLAIN_ITEM_EVENT_UDF = "streamstate_plain_item_event"
 _PLAIN_TYPE = JAVA_UDFS[PLAIN_ITEM_EVENT_UDF][1]
 
 
+def plain_form_parser(records: DataFrame) -> bool:
+    """Whether the Java UDF that parses the plain form is registered."""
+    return bool(records.sparkSession.catalog.functionExists(PLAIN_ITEM_EVENT_UDF))
+
+
 def plain_item_events(records: DataFrame, max_bytes: int) -> Column:
     """Per record, the Java parse of an item event in the plain form: ``ok`` and the fields,
     null for a record outside that form (or for all when the UDF is not registered)."""
-    if not records.sparkSession.catalog.functionExists(PLAIN_ITEM_EVENT_UDF):
+    if not plain_form_parser(records):
         return sf.lit(None).cast(_PLAIN_TYPE)
     return sf.call_function(PLAIN_ITEM_EVENT_UDF, sf.col("key"), sf.col("value"), sf.lit(max_bytes))
 
