@@ -134,7 +134,7 @@ def build_udf_jar(target: Path) -> Path:
         if done.returncode != 0:
             raise SparkSetupError(f"javac failed: {done.stderr.strip()[-2000:]}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".jar.tmp")
+        partial = target.with_suffix(f".{os.getpid()}.tmp")  # another job may build it too
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
             archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
             for path in sorted(classes.rglob("*.class")):
@@ -155,7 +155,7 @@ def udf_jar() -> Path | None:
         print("recompute: compiling the Java UDFs", file=sys.stderr)
         return build_udf_jar(cached)
     except SparkSetupError as error:
-        print(f"recompute: {error}; parsing every record in Python", file=sys.stderr)
+        print(f"recompute: {error}; item events will be parsed in Python", file=sys.stderr)
         return None
 
 
@@ -167,7 +167,7 @@ def register_udfs(spark: Any) -> bool:
     except Exception as error:  # py4j reports a missing class as a generic error
         print(
             f"recompute: Java UDFs unavailable ({type(error).__name__}); "
-            "parsing every record in Python",
+            "item events will be parsed in Python",
             file=sys.stderr,
         )
         return False

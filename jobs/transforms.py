@@ -141,12 +141,8 @@ def _item_events_udf(max_bytes: int) -> Any:
     arrow_type = _arrow_struct(ITEM_EVENT_SCHEMA)
 
     def parse(keys: pa.Array, values: pa.Array) -> pa.Array:
-        if values.null_count == len(values):  # a batch parsed in the JVM
-            return pa.nulls(len(values), arrow_type)
         columns: dict[str, list[Any]] = {name: [None] * len(values) for name in _ITEM_EVENT_FIELDS}
         for i, (key, raw) in enumerate(zip(_to_python(keys), _to_python(values), strict=True)):
-            if raw is None:  # parsed in the JVM
-                continue
             try:
                 event = semantics.parse_item_event(raw, max_bytes)
                 semantics.check_key(key, event.store_id, "store_id")
@@ -197,7 +193,8 @@ def other_events(records: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTE
     outside = records.where(plain_item_events(records, max_bytes).isNull())
     parsed = outside.select(_item_events_udf(max_bytes)(sf.col("key"), sf.col("value")).alias("e"))
     return parsed.where(sf.col("e.ok")).select(
-        *[sf.col("e")[f].alias(f) for f in _ITEM_EVENT_FIELDS[1:]], sf.lit(0).alias("pending")
+        *[sf.col("e")[f].alias(f) for f in _ITEM_EVENT_FIELDS[1:]],
+        sf.lit(0).cast("long").alias("pending"),
     )
 
 
