@@ -17,9 +17,6 @@ import org.apache.spark.sql.api.java.UDF1;
 public final class AsciiWords implements UDF1<byte[], String[]> {
   private static final long serialVersionUID = 1L;
 
-  /** The Spark SQL type of the result. */
-  public static final String SCHEMA = "array<string>";
-
   @Override
   public String[] call(byte[] line) {
     if (line == null) {

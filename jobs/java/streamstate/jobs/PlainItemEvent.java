@@ -1,5 +1,6 @@
 package streamstate.jobs;
 
+import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
 import org.apache.spark.sql.Row;
@@ -19,15 +20,11 @@ import org.apache.spark.sql.api.java.UDF3;
  * non-ASCII character, another type, nesting, bad JSON): the caller hands those to the stream's
  * own Python validation. Otherwise a row {@code (ok, event_id, store_id, sku, kind, quantity,
  * unit_price, ts)} where {@code ok} is the schema's verdict, restated here: every rule of
- * ItemEvent and the key check of the topic.
+ * ItemEvent and the key check of the topic. Its Spark SQL type is registered with the class
+ * ({@code JAVA_UDFS} in {@code jobs/session.py}).
  */
 public final class PlainItemEvent implements UDF3<byte[], byte[], Integer, Row> {
   private static final long serialVersionUID = 1L;
-
-  /** The Spark SQL type of the returned row. */
-  public static final String SCHEMA =
-      "struct<ok:boolean,event_id:string,store_id:string,sku:string,kind:string,"
-          + "quantity:bigint,unit_price:double,ts:bigint>";
 
   static final int TEXT_MAX = 256;
   static final long QUANTITY_LIMIT = 1_000_000L;
@@ -155,7 +152,7 @@ public final class PlainItemEvent implements UDF3<byte[], byte[], Integer, Row> 
       while (at < in.length) {
         byte b = in[at];
         if (b == '"') {
-          String s = new String(in, start, at - start, java.nio.charset.StandardCharsets.US_ASCII);
+          String s = new String(in, start, at - start, StandardCharsets.US_ASCII);
           at++;
           return s;
         }
@@ -178,7 +175,7 @@ public final class PlainItemEvent implements UDF3<byte[], byte[], Integer, Row> 
       if (at < in.length && (in[at] == '.' || in[at] == 'e' || in[at] == 'E')) {
         return null;
       }
-      return Long.parseLong(new String(in, start, at - start, java.nio.charset.StandardCharsets.US_ASCII));
+      return Long.parseLong(new String(in, start, at - start, StandardCharsets.US_ASCII));
     }
 
     /** null, or a JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
@@ -207,7 +204,7 @@ public final class PlainItemEvent implements UDF3<byte[], byte[], Integer, Row> 
         }
       }
       unitPrice = Double.parseDouble(
-          new String(in, start, at - start, java.nio.charset.StandardCharsets.US_ASCII));
+          new String(in, start, at - start, StandardCharsets.US_ASCII));
       return true;
     }
 
@@ -223,7 +220,7 @@ public final class PlainItemEvent implements UDF3<byte[], byte[], Integer, Row> 
           && (kind.equals("adjust") ? quantity != 0 : quantity > 0)
           && (!kind.equals("sale") || unitPrice != null)
           && key != null
-          && Arrays.equals(key, storeId.getBytes(java.nio.charset.StandardCharsets.US_ASCII));
+          && Arrays.equals(key, storeId.getBytes(StandardCharsets.US_ASCII));
       if (!ok) {
         return INVALID;
       }
