@@ -97,13 +97,11 @@ def _store_views(options: Options, events: Any, products: Any, say: Progress) ->
     versions = transforms.product_versions(products, limit)
     if transforms.plain_form_parser(events):
         first = transforms.plain_events(events, limit)
-        totals = transforms.store_totals(first, versions).persist()
-        pending = transforms.pending_records(totals)
     else:
         say("item-events: no Java UDF, every record is parsed in Python")
-        other = transforms.other_events(events, limit)
-        totals = transforms.store_totals(other, versions).persist()
-        pending = 0
+        first = transforms.other_events(events, limit)
+    totals = transforms.store_totals(first, versions).persist()
+    pending = transforms.pending_records(totals)
     if pending:
         say(f"item-events: {pending} records outside the plain JSON form, parsed in Python")
         other = transforms.store_totals(transforms.other_events(events, limit), versions)

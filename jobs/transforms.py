@@ -31,11 +31,6 @@ def arrow_udf(function: Any, return_type: str) -> Any:
     return _arrow_udf(function, return_type).asNondeterministic()
 
 
-def _to_python(array: Any) -> list[Any]:
-    """An Arrow array's values as Python objects (bytes for binary, None for null)."""
-    return list(array.to_pylist())
-
-
 def _arrow_struct(schema: str) -> Any:
     """The Arrow struct type of a DDL schema of flat fields (``name type, ...``)."""
     types = {
@@ -77,7 +72,7 @@ def _tokens_udf(max_bytes: int) -> Any:
         if values.null_count == len(values):  # a batch of ASCII lines, split in the JVM
             return pa.nulls(len(values), list_type)
         out: list[list[str] | None] = []
-        for raw in _to_python(values):
+        for raw in values.to_pylist():
             if raw is None:  # an ASCII line
                 out.append(None)
                 continue
@@ -142,7 +137,7 @@ def _item_events_udf(max_bytes: int) -> Any:
 
     def parse(keys: pa.Array, values: pa.Array) -> pa.Array:
         columns: dict[str, list[Any]] = {name: [None] * len(values) for name in _ITEM_EVENT_FIELDS}
-        for i, (key, raw) in enumerate(zip(_to_python(keys), _to_python(values), strict=True)):
+        for i, (key, raw) in enumerate(zip(keys.to_pylist(), values.to_pylist(), strict=True)):
             try:
                 event = semantics.parse_item_event(raw, max_bytes)
                 semantics.check_key(key, event.store_id, "store_id")
@@ -215,7 +210,7 @@ def _products_udf(max_bytes: int) -> Any:
 
     def parse(keys: pa.Array, values: pa.Array) -> pa.Array:
         columns: dict[str, list[Any]] = {"ok": [], "category": []}
-        for key, raw in zip(_to_python(keys), _to_python(values), strict=True):
+        for key, raw in zip(keys.to_pylist(), values.to_pylist(), strict=True):
             ok, category = True, None  # a tombstone (null value) deletes the product
             if key is None:
                 ok = False
