@@ -27,6 +27,7 @@ from tables.batch import BatchProcessor
 from tables.catalog import ProductCatalog
 from tables.checkpoint import discard_if_unclean, mark_clean
 from tables.definitions import Tables, declare_tables
+from tables.transactions import stop_revoked_producers
 
 APP_ID = "streamstate"
 
@@ -95,6 +96,7 @@ class StreamstateApp(faust.App):
         seek_back_on_skip(consumer)
         commit_before_revoke(consumer)
         dedupe_acked(consumer)
+        stop_revoked_producers(consumer)
         self.pipeline.processor.install_skip_watch(consumer)
         return consumer
 

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 #: The benchmark's own Kafka: its own port and data directory, never the developer's.
-KAFKA_PORT = int(os.environ.get("BENCH_KAFKA_PORT", "47092"))
+KAFKA_PORT = int(os.environ.get("BENCH_KAFKA_PORT", "25092"))
 KAFKA_DIR = ROOT / ".cache" / "bench-kafka"
 WORK_DIR = ROOT / ".cache" / "bench-work"
 PARTITIONS = 8

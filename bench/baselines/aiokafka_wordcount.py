@@ -1,6 +1,6 @@
 """The ceiling of word counting: a bare aiokafka consumer, no framework, no state store.
 
-    python -m bench.baselines.aiokafka_wordcount --bootstrap 127.0.0.1:47092
+    python -m bench.baselines.aiokafka_wordcount --bootstrap 127.0.0.1:25092
 
 Reads every partition of ``text-lines`` from the beginning to the end offsets it saw at
 the start with ``getmany``, decodes and tokenises each line with the project's rule and
@@ -67,7 +67,7 @@ async def count(bootstrap: str, topic: str) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bootstrap", default="127.0.0.1:47092")
+    parser.add_argument("--bootstrap", default="127.0.0.1:25092")
     parser.add_argument("--topic", default="text-lines")
     args = parser.parse_args()
     result = asyncio.run(count(args.bootstrap, args.topic))

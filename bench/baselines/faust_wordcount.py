@@ -1,6 +1,6 @@
 """The faust baseline of word counting: a plain per-event agent on a RocksDB table.
 
-    BROKER_URL=kafka://127.0.0.1:47092 faust --datadir DIR \
+    BROKER_URL=kafka://127.0.0.1:25092 faust --datadir DIR \
         -A bench.baselines.faust_wordcount worker -l info --web-port PORT
 
 What a faust user writes first: every line is one event, every word one ``+= 1`` on a
@@ -21,7 +21,7 @@ APP_ID = "bench-faust-wordcount"
 
 app = faust.App(
     APP_ID,
-    broker=os.environ.get("BROKER_URL", "kafka://127.0.0.1:47092"),
+    broker=os.environ.get("BROKER_URL", "kafka://127.0.0.1:25092"),
     store="rocksdb://",
     topic_partitions=int(os.environ.get("TOPIC_PARTITIONS", "8")),
     consumer_auto_offset_reset="earliest",

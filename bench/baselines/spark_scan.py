@@ -1,7 +1,7 @@
 """The batch baseline: a bare Spark count of the source topics, with the batch job's own
 session (the same Kafka connector jars).
 
-    python -m bench.baselines.spark_scan --bootstrap 127.0.0.1:47092 \
+    python -m bench.baselines.spark_scan --bootstrap 127.0.0.1:25092 \
         --topics text-lines,item-events,products --master 'local[*]'
 
 Prints one JSON object: the records counted and the seconds of the count alone.
@@ -38,7 +38,7 @@ def count(spark: Any, bootstrap: str, topics: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bootstrap", default="127.0.0.1:47092")
+    parser.add_argument("--bootstrap", default="127.0.0.1:25092")
     parser.add_argument("--topics", default="text-lines,item-events,products,payments")
     parser.add_argument("--master", default="local[*]")
     args = parser.parse_args()

@@ -34,7 +34,7 @@ from tests.support.workers import Worker
 
 pytestmark = [pytest.mark.batch, pytest.mark.integration]
 
-PORT = 43092
+PORT = 23092
 PARTITIONS = 8
 EXTRA_LINES = [
     "İstanbul ǅemal ﬁne x²³ ٣٤ 東京タワー",

@@ -79,7 +79,7 @@ def expected_words() -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with local_kafka("queries", port=41092) as kafka:
+    with local_kafka("queries", port=22092) as kafka:
         base: Path = tmp_path_factory.mktemp("queries")
         env = {"STREAMSTATE_API_TOKEN": TOKEN}
         workers = [Worker(kafka, base / f"w{i}", extra_env=env).start() for i in range(3)]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TEST_PORT = int(os.environ.get("STREAMSTATE_TEST_KAFKA_PORT", "39092"))
+TEST_PORT = int(os.environ.get("STREAMSTATE_TEST_KAFKA_PORT", "21092"))
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,14 @@ class LocalKafka:
         }
 
     def up(self) -> None:
-        subprocess.run([str(ROOT / "ops/kafka.sh"), "up"], env=self.env(), check=True)
+        started = subprocess.run(
+            [str(ROOT / "ops/kafka.sh"), "up"], env=self.env(), capture_output=True, text=True
+        )
+        if started.returncode != 0:  # what the script printed, the broker's log tail included
+            raise RuntimeError(
+                f"ops/kafka.sh up (port {self.port}) exited {started.returncode}:\n"
+                f"{started.stdout}{started.stderr}"
+            )
 
     def down(self) -> None:
         subprocess.run([str(ROOT / "ops/kafka.sh"), "down"], env=self.env(), check=True)
