@@ -266,8 +266,9 @@ def with_categories(events: DataFrame, versions: DataFrame) -> DataFrame:
     a deletion; null for the other events.
 
     A join on the SKU and the version's time span, not a sort of the sales: a sale finds
-    at most one span, since a SKU's spans do not overlap. The catalogue is small, so the
-    join is usually a broadcast (Spark decides at run time).
+    at most one span, since a SKU's spans do not overlap. The catalogue is small: when
+    Spark knows its size (``versions`` cached and materialized, as the job does) the join
+    is a broadcast and the events are not shuffled.
     """
     sale = sf.col("e.kind") == "sale"
     spans = catalogue_spans(versions).alias("v")
