@@ -217,6 +217,9 @@ def build_session(master: str | None, shuffle_partitions: int | None = None) -> 
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
+        # The job submits Spark jobs from several threads, each in its own pool
+        # (jobs/recompute.py in_pool): the pools share the cores fairly.
+        .config("spark.scheduler.mode", "FAIR")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
     spark = builder.getOrCreate()
