@@ -80,7 +80,9 @@ def _transactional_ids(manager: Any, tps: Iterable[Any]) -> set[str]:
 
 def stop_revoked_producers(consumer: Any) -> None:
     """Patch one faust consumer's transaction manager (idempotent; exactly-once only):
-    at a rebalance, stop the producers of revoked partitions that are now standby here."""
+    at a rebalance, stop the producer of every revoked partition that is no longer active
+    here, those now standby here included (faust's own handler, which runs next, leaves
+    those out)."""
     manager = getattr(consumer, "transactions", None)
     if manager is None or getattr(manager, "_streamstate_stop_revoked", False):
         return
