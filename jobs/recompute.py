@@ -31,6 +31,9 @@ SOURCES = ("text-lines", "item-events", "products")
 EXIT_SAME, EXIT_DIFFERS, EXIT_ERROR = 0, 3, 1
 DAY_MS = 86_400_000
 T = TypeVar("T")
+#: The scheduler pools of the views phase (those of the comparisons are the table names);
+#: jobs/fairscheduler.xml declares them all.
+STORES_POOL, WORDS_POOL, LIVE_POOL = "stores", "words", "live"
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ def views(
         stores = pool.submit(
             in_pool,
             spark,
-            "stores",
+            STORES_POOL,
             _store_views,
             options,
             read["item-events"],
@@ -180,9 +183,9 @@ def views(
             say,
         )
         words = pool.submit(
-            in_pool, spark, "words", _word_count_view, options, read["text-lines"], say
+            in_pool, spark, WORDS_POOL, _word_count_view, options, read["text-lines"], say
         )
-        live = pool.submit(in_pool, spark, "live", _live_tables, spark, options, cut, say)
+        live = pool.submit(in_pool, spark, LIVE_POOL, _live_tables, spark, options, cut, say)
         return {"word_counts": words.result(), **stores.result()}, live.result()
 
 

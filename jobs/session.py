@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 POM = Path(__file__).resolve().parent / "pom.xml"
 CONNECTOR = "spark-sql-kafka-0-10"
 JAVA_SOURCES = Path(__file__).resolve().parent / "java"
+#: The job's scheduler pools (one per thread that submits Spark jobs).
+SCHEDULER_POOLS = Path(__file__).resolve().parent / "fairscheduler.xml"
 #: The Java UDFs: SQL name -> (class, return type).
 JAVA_UDFS = {
     "streamstate_plain_item_event": (
@@ -222,6 +224,8 @@ def build_session(master: str | None, shuffle_partitions: int | None = None) -> 
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
+    if SCHEDULER_POOLS.is_file():
+        builder = builder.config("spark.scheduler.allocation.file", str(SCHEDULER_POOLS))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if not str(spark.sparkContext.master).startswith("local"):

@@ -6,10 +6,13 @@ import argparse
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 from app.semantics import HOUR_MS
+from jobs.compare import specs
 from jobs.cut import Cut
-from jobs.recompute import parse_args, summary
+from jobs.recompute import LIVE_POOL, STORES_POOL, WORDS_POOL, parse_args, summary
+from jobs.session import SCHEDULER_POOLS
 from jobs.transforms import expired_horizon
 from ops.nightly import Scheduler, next_run, prune
 
@@ -99,3 +102,13 @@ def test_nightly_runs_the_job_with_its_options(tmp_path: Path) -> None:
         str(tmp_path / "run"),
         "--repair",
     ]
+
+
+def test_every_scheduler_pool_of_the_job_is_declared_in_the_allocation_file() -> None:
+    root = ElementTree.parse(SCHEDULER_POOLS).getroot()
+    declared = {pool.get("name") for pool in root.iter("pool")}
+    used = {STORES_POOL, WORDS_POOL, LIVE_POOL} | set(specs("streamstate"))
+    assert declared == used
+    for pool in root.iter("pool"):
+        assert pool.findtext("schedulingMode") in {"FIFO", "FAIR"}
+        assert int(pool.findtext("weight") or "") >= 1
