@@ -30,6 +30,10 @@ class Producer:
     _transaction_producers: dict[str, Any] = field(default_factory=dict)
     _trn_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
+    async def stop_transaction(self, tid: str) -> None:
+        stale = self._transaction_producers.pop(tid)
+        stale.stopped_under_lock = self._trn_locks[tid].locked()
+
 
 def test_a_producer_not_yet_in_its_first_transaction_is_waited_for() -> None:
     async def scenario() -> bool:
@@ -99,23 +103,10 @@ class Stoppable:
     stopped_under_lock: bool | None = None
 
 
-@dataclass
-class TxnProducer:
-    _transaction_producers: dict[str, Any] = field(default_factory=dict)
-    _trn_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-
-    async def stop_transaction(self, tid: str) -> None:
-        stale = self._transaction_producers.pop(tid)
-        stale.stopped_under_lock = self._trn_locks[tid].locked()
-
-
-@dataclass
+@dataclass(frozen=True)
 class TP:
     topic: str
     partition: int
-
-    def __hash__(self) -> int:
-        return hash((self.topic, self.partition))
 
 
 class Assignor:
@@ -133,7 +124,7 @@ class Assignor:
 class TransactionManager:
     """faust's manager: on_rebalance starts and stops producers, standbys left out."""
 
-    def __init__(self, producer: TxnProducer, assignor: Assignor) -> None:
+    def __init__(self, producer: Producer, assignor: Assignor) -> None:
         self.producer = producer
         self.app = SimpleNamespace(assignor=assignor, conf=SimpleNamespace(id="app"))
         self.calls: list[tuple[set[TP], set[TP]]] = []
@@ -151,16 +142,16 @@ class TransactionManager:
 
 
 def test_producers_of_partitions_now_standby_here_are_stopped_at_a_rebalance() -> None:
-    async def scenario() -> tuple[TxnProducer, TransactionManager]:
+    async def scenario() -> tuple[Producer, TransactionManager]:
         moved = {TP("item-events", p) for p in (0, 1)} | {TP("payments", p) for p in (0, 1)}
         kept = {TP("item-events", p) for p in (2, 3)} | {TP("text-lines", 0)}
-        producer = TxnProducer()
+        producer = Producer()
         for tid in ("app-1-0", "app-1-1", "app-1-2", "app-1-3", "app-0-0"):
             producer._transaction_producers[tid] = Stoppable()
             producer._trn_locks[tid] = asyncio.Lock()
         # faust's assignor counts the moved source partitions as standby here now
         manager = TransactionManager(producer, Assignor(standby=moved))
-        consumer = type("Consumer", (), {"transactions": manager})()
+        consumer = SimpleNamespace(transactions=manager)
         stop_revoked_producers(consumer)
         stop_revoked_producers(consumer)  # idempotent
         await manager.on_rebalance(kept, moved, set())
@@ -173,12 +164,12 @@ def test_producers_of_partitions_now_standby_here_are_stopped_at_a_rebalance() -
 
 def test_a_producer_is_stopped_under_its_lock_and_a_partition_kept_by_another_topic_stays() -> None:
     async def scenario() -> dict[str, Any]:
-        producer = TxnProducer()
+        producer = Producer()
         stale = {tid: Stoppable() for tid in ("app-1-0", "app-1-1")}
         producer._transaction_producers.update(stale)
         producer._trn_locks.update({tid: asyncio.Lock() for tid in stale})
         manager = TransactionManager(producer, Assignor(standby=set()))
-        consumer = type("Consumer", (), {"transactions": manager})()
+        consumer = SimpleNamespace(transactions=manager)
         stop_revoked_producers(consumer)
         # item-events 1 moved; payments 1 (same group and partition) stays active here
         revoked = {TP("item-events", 0), TP("item-events", 1), TP("unknown-topic", 0)}
