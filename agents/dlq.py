@@ -41,7 +41,11 @@ class DeadLetters:
 
     def record(self, event: Any, reason: str) -> Output:
         """The dead-letter record of an event, for a batch to publish with its outputs."""
-        message = event.message
+        return self.record_of(event.message, reason)
+
+    def record_of(self, message: Any, reason: str) -> Output:
+        """The dead-letter record of a fetched record (a faust Message or an aiokafka
+        ConsumerRecord: ``topic``, ``partition``, ``offset``, ``key``, ``value``)."""
         headers: list[tuple[str, bytes]] = [
             ("error", reason.encode("utf-8")),
             ("source-topic", message.topic.encode()),

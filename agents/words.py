@@ -1,11 +1,14 @@
 """word_counts: text-lines -> tokens -> repartition by word -> count.
 
-Both steps work per fetched batch of one source partition (``tables/batch.py``). The
-split step counts the batch's words and sends, to each partition of the repartition
-topic, one record with the counts of the words that partition owns (the words' murmur2
-partition, as for keyed records); the count step adds up a batch's records per word and
-writes each word once to RocksDB and the changelog. A batch of 2,000 lines thus makes
-a few records per partition instead of one per word.
+Both steps work per fetched batch of one source partition. The split step keeps no
+state and reads ``text-lines`` with a consumer group of its own, outside faust's
+streams (``app/direct.py``); the count step is a faust agent with the table
+(``tables/batch.py``). The split step counts the batch's words and sends, to each
+partition of the repartition topic, one record with the counts of the words that
+partition owns (the words' murmur2 partition, as for keyed records); the count step
+adds up a batch's records per word and writes each word once to RocksDB and the
+changelog. A fetch of thousands of lines thus makes a few records per partition instead of
+one per word.
 
 A repartition record's value is a JSON object ``{word: count}``; a record keyed by the
 word with an integer count (the per-word format) is counted too.
@@ -13,6 +16,7 @@ word with an integer count (the per-word format) is counted too.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -21,9 +25,10 @@ import faust
 import orjson
 
 from agents.dlq import DeadLetters
-from app.semantics import InvalidEvent, decode_text_line, tokenize
+from app.direct import DirectSource
+from app.semantics import InvalidEvent, ascii_token_counts, text_line_tokens
 from app.settings import Settings
-from app.topics import partition_for
+from app.topics import TEXT_LINES, partition_for, source_groups
 from tables.batch import BatchProcessor, Output, PartitionBatch, decode_value, encode_value, read
 
 REPARTITION_TOPIC = "streamstate-word_counts-repartition"
@@ -47,24 +52,39 @@ def chunks(counts: dict[str, int], limit: int = RECORD_BYTES) -> Iterator[dict[s
         yield piece
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def word_partition(word: str, partitions: int) -> int:
+    """The repartition topic's partition of ``word`` (cached: words recur)."""
+    return partition_for(word.encode("utf-8"), partitions)
+
+
 def split_batch(
-    tp: Any, events: list[Any], settings: Settings, dlq: DeadLetters, partitions: int
+    tp: Any, records: list[Any], settings: Settings, dlq: DeadLetters, partitions: int
 ) -> PartitionBatch:
-    """One partition's lines -> per repartition partition, the counts of its words."""
-    batch = PartitionBatch(tp, max(event.message.offset for event in events))
+    """One partition's lines -> per repartition partition, the counts of its words.
+
+    ``records`` are the partition's fetched records (``topic``, ``partition``,
+    ``offset``, ``key``, ``value``), in offset order."""
+    batch = PartitionBatch(tp, records[-1].offset)
     counts: Counter[str] = Counter()
-    for event in events:
-        try:
-            line = decode_text_line(event.value, settings.max_event_bytes)
-        except InvalidEvent as error:
-            batch.send(dlq.record(event, error.reason))
+    limit = settings.max_event_bytes
+    ascii_lines = []
+    for record in records:
+        value = record.value
+        if value is not None and len(value) <= limit and value.isascii():
+            ascii_lines.append(value)
             continue
-        counts.update(tokenize(line))
+        try:
+            counts.update(text_line_tokens(value, limit))
+        except InvalidEvent as error:
+            batch.send(dlq.record_of(record, error.reason))
+    for token, count in ascii_token_counts(ascii_lines).items():
+        counts[token.decode()] += count
     by_partition: defaultdict[int, dict[str, int]] = defaultdict(dict)
     for word, count in counts.items():
-        by_partition[partition_for(word.encode("utf-8"), partitions)][word] = count
+        by_partition[word_partition(word, partitions)][word] = count
     # Where the counts come from, for tracing a count back to its lines.
-    first = min(event.message.offset for event in events)
+    first = records[0].offset
     origin = [("source", f"{tp.topic}:{tp.partition}:{first}-{batch.last_offset}".encode())]
     for partition, words in sorted(by_partition.items()):
         for piece in chunks(words):
@@ -100,12 +120,12 @@ def count_batch(tp: Any, events: list[Any], word_counts: Any) -> PartitionBatch:
 def register(
     app: faust.App,
     settings: Settings,
-    source: Any,
     word_counts: Any,
     dlq: DeadLetters,
     processor: BatchProcessor,
-) -> None:
-    """Declare the word-count agents on ``app``."""
+) -> DirectSource:
+    """Declare the count agent on ``app``; return the split stage, a service to run with
+    the worker."""
     partitions = settings.topic_partitions
     by_word = app.topic(
         REPARTITION_TOPIC,
@@ -115,16 +135,8 @@ def register(
         partitions=partitions,
         internal=True,
     )
-    processor.gate_topic(source, contiguous=True)
     processor.gate_topic(by_word)
     size, within = settings.batch_max_events, settings.batch_within_s
-
-    @app.agent(source, name="words.split_lines")
-    async def split_lines(stream: Any) -> None:
-        async for events in stream.take_events(size, within):
-            await processor.run(
-                events, lambda tp, group: split_batch(tp, group, settings, dlq, partitions)
-            )
 
     @app.agent(by_word, name="words.count_words")
     async def count_words(stream: Any) -> None:
@@ -132,3 +144,12 @@ def register(
             await processor.run(
                 events, lambda tp, group: count_batch(tp, group, word_counts), [word_counts]
             )
+
+    return DirectSource(
+        app=app,
+        settings=settings,
+        topic=TEXT_LINES,
+        group=source_groups(app.conf.id)[TEXT_LINES],
+        name="words.split_lines",
+        build=lambda tp, records: split_batch(tp, records, settings, dlq, partitions),
+    )

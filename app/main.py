@@ -21,6 +21,7 @@ from api.server import ApiServer, LegacyWebDisabled
 from app import topics
 from app.admin import ensure_topics
 from app.commits import commit_before_revoke, dedupe_acked
+from app.direct import DirectSource
 from app.fetching import seek_back_on_skip
 from app.settings import Settings
 from tables.batch import BatchProcessor
@@ -41,6 +42,8 @@ class Pipeline:
     dead_letters: DeadLetters
     sources: dict[str, Any]
     processor: BatchProcessor
+    #: stages that read a source topic with a consumer group of their own
+    direct: list[DirectSource]
 
 
 class StreamstateApp(faust.App):
@@ -104,6 +107,7 @@ class StreamstateApp(faust.App):
         deps = list(super().on_init_dependencies())
         if not (self.producer_only or self.client_only):
             deps.append(self.pipeline.catalog)
+            deps.extend(self.pipeline.direct)
             # The worker CLI has set web_host/web_port by now; they are the canonical URL.
             deps.append(
                 ApiServer(
@@ -195,7 +199,7 @@ def build_pipeline(app: StreamstateApp, settings: Settings) -> Pipeline:
     processor = BatchProcessor(app)
     revoked: Any = app.on_partitions_revoked
     revoked.connect(processor.on_revoked_signal)
-    words.register(app, settings, sources[topics.TEXT_LINES], tables.word_counts, dlq, processor)
+    split_lines = words.register(app, settings, tables.word_counts, dlq, processor)
     sales_feed = inventory.register(
         app, settings, sources[topics.ITEM_EVENTS], tables.inventory, catalog, dlq, processor
     )
@@ -214,7 +218,12 @@ def build_pipeline(app: StreamstateApp, settings: Settings) -> Pipeline:
     app.timer(settings.standby_flush_interval, name="flush_standby_buffers")(flush_standby_buffers)
 
     return Pipeline(
-        tables=tables, catalog=catalog, dead_letters=dlq, sources=sources, processor=processor
+        tables=tables,
+        catalog=catalog,
+        dead_letters=dlq,
+        sources=sources,
+        processor=processor,
+        direct=[split_lines],
     )
 
 

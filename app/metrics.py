@@ -83,6 +83,10 @@ class WorkerCollector(Collector):
             if highwater is None or highwater < 0:
                 continue
             lag.add_metric([tp.topic, str(tp.partition)], max(0, highwater - (committed or 0)))
+        pipeline = getattr(self.worker, "pipeline", None)
+        for source in getattr(pipeline, "direct", ()):
+            for tp, behind in sorted(_safe(source.lag, {}).items()):
+                lag.add_metric([tp.topic, str(tp.partition)], behind)
         yield lag
 
     def _restore(self) -> Iterator[Any]:

@@ -8,6 +8,7 @@ row, and both test suites run them on the same inputs, so the two can never drif
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -64,6 +65,25 @@ def decode_text_line(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> s
         return raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InvalidEvent(f"value: not UTF-8 ({error.reason} at byte {error.start})") from None
+
+
+def text_line_tokens(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> list[str]:
+    """The tokens of a ``text-lines`` record, or InvalidEvent as :func:`decode_text_line`
+    says (ASCII lines are split as bytes, with equal tokens)."""
+    if raw is not None and len(raw) <= max_bytes and raw.isascii():
+        return [token.decode() for token in _ASCII_NON_WORD.split(raw.lower()) if token]
+    return tokenize(decode_text_line(raw, max_bytes))
+
+
+def ascii_token_counts(lines: list[bytes]) -> Counter[bytes]:
+    """How often each token occurs in ``lines`` (ASCII text, each a whole line).
+
+    The lines are split as one text, joined by a space (a separator in every line), so
+    the regular expression and the counting run once per batch instead of once per line.
+    """
+    counts = Counter(_ASCII_NON_WORD.split(b" ".join(lines).lower()))
+    counts.pop(b"", None)
+    return counts
 
 
 # -- validation ----------------------------------------------------------------------

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     batch_max_events: int = Field(2000, gt=0)
     #: ...and wait at most this long (seconds) to fill one.
     batch_within_s: float = Field(0.1, gt=0)
+    #: Stages that read a source topic directly (the word count's split) take at most
+    #: this many records per fetch.
+    source_fetch_max_records: int = Field(20_000, gt=0)
     #: A restore reads a changelog partition in bulk when it is at least this many
     #: records behind; shorter tails go through faust's per-record recovery.
     restore_bulk_min_records: int = Field(2000, gt=0)

@@ -22,6 +22,7 @@ from typing import Any, TextIO, TypeVar
 if __package__ in (None, ""):  # run as a file, e.g. by spark-submit
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.topics import source_groups
 from jobs import compare, transforms
 from jobs import io as kio
 from jobs.cut import Cut, take_cut
@@ -79,6 +80,7 @@ def _take_cut(options: Options) -> Cut:
                 [kio.CORRECTIONS_TOPIC],
                 options.app_id,
                 options.settle_s,
+                topic_groups=source_groups(options.app_id),
             ),
             timeout=options.settle_s + 120,
         )

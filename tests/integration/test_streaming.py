@@ -6,6 +6,7 @@ workers, and compared with the latest values in the changelog topics.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 import time
@@ -16,7 +17,9 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
+from app.topics import source_groups
 from tests.support.kafka import LocalKafka, local_kafka
 from tests.support.kafka_io import (
     changelog_records,
@@ -306,6 +309,53 @@ def test_an_exactly_once_restart_restores_every_table_before_it_goes_on(
         wait_equal(words, expected_words(LINES * 7), 120, "word_counts")
         wait_equal(inventory, expected_inventory(first + second), 120, "inventory")
         assert "bulk restore" in worker.log_text()
+        no_agent_crashed(worker)
+    finally:
+        worker.stop()
+
+
+def committed_records(bootstrap: str, group: str, topic: str) -> int:
+    """The sum of ``group``'s committed offsets on ``topic``."""
+
+    async def read() -> int:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            offsets = await admin.list_consumer_group_offsets(group)
+        finally:
+            await admin.close()
+        return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic)
+
+    return asyncio.run(read())
+
+
+def test_a_kill9_mid_split_loses_and_duplicates_no_word_under_exactly_once(
+    kafka: LocalKafka, tmp_path: Path
+) -> None:
+    # The split stage reads text-lines in a group of its own with a transactional
+    # producer per partition: a kill -9 between its transactions, or inside one, must
+    # leave every line counted once after the restart. Small fetches make many small
+    # transactions, so the kill lands mid-stream.
+    reset_topics(kafka)
+    lines = LINES * 4000
+    env = {"PROCESSING_GUARANTEE": "exactly_once", "STREAMSTATE_SOURCE_FETCH_MAX_RECORDS": "200"}
+    split_group = source_groups("streamstate")["text-lines"]
+    split = lambda: committed_records(kafka.bootstrap, split_group, "text-lines")  # noqa: E731
+    worker = Worker(kafka, tmp_path / "w", extra_env=env).start()
+    try:
+        worker.wait_ready()
+        produce(kafka.bootstrap, "text-lines", [(None, line) for line in lines])
+        at_kill = wait_for(lambda: split() or None, 60, interval=0.05)
+        worker.kill9()
+    finally:
+        worker.stop()
+    assert 0 < at_kill < len(lines)
+    worker.start()
+    try:
+        worker.wait_ready()
+        words = lambda: changelog_state(kafka.bootstrap, "word_counts")  # noqa: E731
+        wait_equal(words, expected_words(lines), 180, "word_counts")
+        assert split() == len(lines)
         no_agent_crashed(worker)
     finally:
         worker.stop()

@@ -53,16 +53,14 @@ class Letters:
     def __init__(self) -> None:
         self.reasons: list[str] = []
 
-    def record(self, event: Event, reason: str) -> Output:
+    def record_of(self, message: Message, reason: str) -> Output:
         self.reasons.append(reason)
-        return Output(f"{event.message.topic}-dlq", event.key, event.value)
+        return Output(f"{message.topic}-dlq", message.key, message.value)
 
 
-def lines(partition: int, texts: list[bytes], first: int = 0) -> list[Event]:
-    return [
-        Event(Message("text-lines", partition, first + n, None, text))
-        for n, text in enumerate(texts)
-    ]
+def lines(partition: int, texts: list[bytes], first: int = 0) -> list[Message]:
+    """Fetched text-lines records, as the split stage gets them."""
+    return [Message("text-lines", partition, first + n, None, text) for n, text in enumerate(texts)]
 
 
 def test_chunks_keep_every_count_and_stay_near_the_limit() -> None:
@@ -85,9 +83,9 @@ def test_a_word_longer_than_the_limit_gets_a_record_of_its_own() -> None:
 
 def test_split_sends_each_word_once_to_its_partition_with_its_batch_count() -> None:
     texts = [b"The cat and the hat", "état Straße état".encode(), b"it's  cat_9 THE"]
-    events = lines(3, texts, first=40)
+    records = lines(3, texts, first=40)
     letters = Letters()
-    batch = split_batch(TP("text-lines", 3), events, Settings(), letters, partitions=8)  # type: ignore[arg-type]
+    batch = split_batch(TP("text-lines", 3), records, Settings(), letters, partitions=8)  # type: ignore[arg-type]
     assert batch.last_offset == 42
     want = Counter(w for t in texts for w in tokenize(t.decode()))
     got: Counter[str] = Counter()
@@ -103,13 +101,13 @@ def test_split_sends_each_word_once_to_its_partition_with_its_batch_count() -> N
 
 
 def test_split_dead_letters_bad_lines_and_counts_the_rest() -> None:
-    events = lines(0, [b"good words", b"\xff\xfe not utf-8", b"more good"])
+    records = lines(0, [b"good words", b"\xff\xfe not utf-8", b"more good", b"x" * 70_000])
     letters = Letters()
-    batch = split_batch(TP("text-lines", 0), events, Settings(), letters, partitions=8)  # type: ignore[arg-type]
+    batch = split_batch(TP("text-lines", 0), records, Settings(), letters, partitions=8)  # type: ignore[arg-type]
     dead = [o for o in batch.outputs if o.topic == "text-lines-dlq"]
-    assert [o.value for o in dead] == [b"\xff\xfe not utf-8"]
-    assert len(letters.reasons) == 1
-    assert letters.reasons[0]
+    assert [o.value for o in dead] == [b"\xff\xfe not utf-8", b"x" * 70_000]
+    assert "not UTF-8" in letters.reasons[0]
+    assert "exceeds the limit" in letters.reasons[1]
     counted: Counter[str] = Counter()
     for out in batch.outputs:
         if out.topic == REPARTITION_TOPIC:
@@ -127,7 +125,8 @@ def test_added_counts_reads_both_record_formats() -> None:
 
 
 def test_events_are_grouped_by_partition_in_arrival_order() -> None:
-    events = lines(1, [b"a", b"b"], first=5) + lines(2, [b"c"]) + lines(1, [b"d"], first=7)
+    records = lines(1, [b"a", b"b"], first=5) + lines(2, [b"c"]) + lines(1, [b"d"], first=7)
+    events = [Event(record) for record in records]
     groups = by_partition(events)
     assert [e.message.offset for e in groups[TP("text-lines", 1)]] == [5, 6, 7]
     assert [e.message.offset for e in groups[TP("text-lines", 2)]] == [0]

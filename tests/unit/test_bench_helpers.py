@@ -7,7 +7,7 @@ import pytest
 from bench import report
 from bench.progress import processed
 from bench.scenarios.restore import restores_in
-from bench.stats import instant_rates, percentile, percentiles, ratio, steady_rate
+from bench.stats import completion_rate, instant_rates, percentile, percentiles, ratio, steady_rate
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:
@@ -23,6 +23,14 @@ def test_steady_rate_starts_at_the_first_progress() -> None:
     series = [(0.0, 0.0), (5.0, 0.0), (6.0, 100.0), (8.0, 500.0)]
     assert steady_rate(series) == pytest.approx(200.0)
     assert steady_rate([(0.0, 0.0), (1.0, 0.0)]) is None
+
+
+def test_completion_rate_runs_from_the_first_source_commit_to_the_end() -> None:
+    series = [(0.0, 0.0), (1.0, 0.0), (2.0, 400.0), (3.0, 900.0)]
+    # 600 records after the first commit at 2.0 s, all done at 5.0 s.
+    assert completion_rate(series, 1000, 5.0) == pytest.approx(200.0)
+    assert completion_rate([(0.0, 0.0)], 1000, 5.0) is None
+    assert completion_rate(series, 1000, 2.0) is None
 
 
 def test_instant_rates_skip_polls_without_a_new_commit() -> None:
