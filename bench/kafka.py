@@ -173,9 +173,13 @@ async def truncate(bootstrap: str, topics: list[str]) -> None:
 class OffsetWatch:
     """Reads a consumer group's committed offsets and the topics' end offsets."""
 
-    def __init__(self, bootstrap: str, group: str) -> None:
+    def __init__(
+        self, bootstrap: str, group: str, topic_groups: dict[str, str] | None = None
+    ) -> None:
         self.bootstrap = bootstrap
         self.group = group
+        #: topics another group commits: topic -> that group
+        self.topic_groups = dict(topic_groups or {})
         self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
 
@@ -189,9 +193,19 @@ class OffsetWatch:
         await self.admin.close()
 
     async def committed(self) -> dict[str, int]:
-        """Committed records per topic (the sum of committed offsets over partitions)."""
+        """Committed records per topic (the sum of committed offsets over partitions), of
+        the group and of ``topic_groups`` for their topics."""
+        totals = await self._committed(self.group)
+        totals = {t: n for t, n in totals.items() if t not in self.topic_groups}
+        for topic, group in self.topic_groups.items():
+            theirs = await self._committed(group)
+            if topic in theirs:
+                totals[topic] = theirs[topic]
+        return totals
+
+    async def _committed(self, group: str) -> dict[str, int]:
         try:
-            offsets = await self.admin.list_consumer_group_offsets(self.group)
+            offsets = await self.admin.list_consumer_group_offsets(group)
         except Exception:  # the group has not committed yet / coordinator loading
             return {}
         totals: dict[str, int] = {}

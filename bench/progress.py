@@ -16,6 +16,8 @@ class Progress:
 
     total: int
     series: list[tuple[float, float]] = field(default_factory=list)
+    #: The source topic's committed records over time (its first stage's progress).
+    source_series: list[tuple[float, int]] = field(default_factory=list)
     finished: bool = False
     elapsed_s: float = 0.0
     #: The group's committed records and the topics' records at the last poll.
@@ -53,14 +55,15 @@ async def watch_group(
     interval: float = 0.5,
     alive: Callable[[], bool] = lambda: True,
     startup_s: float = 180.0,
+    topic_groups: dict[str, str] | None = None,
 ) -> Progress:
     """Poll the group's committed offsets until all ``total`` records are processed or
     ``max_s`` seconds passed since the group first committed progress (which may take
-    up to ``startup_s``)."""
+    up to ``startup_s``). ``topic_groups``: topics that another group commits."""
     progress = Progress(total)
     started = time.monotonic()
     first_progress: float | None = None
-    async with OffsetWatch(bootstrap, group) as watch:
+    async with OffsetWatch(bootstrap, group, topic_groups) as watch:
         while True:
             committed = await watch.committed()
             ends = await watch.ends([source, *downstream])
@@ -68,6 +71,7 @@ async def watch_group(
             done = processed(committed, ends, source, downstream)
             progress.committed, progress.ends = committed, ends
             progress.series.append((now - started, done))
+            progress.source_series.append((now - started, committed.get(source, 0)))
             if done > 0 and first_progress is None:
                 first_progress = now
             settled = all(committed.get(t, 0) >= ends.get(t, 0) for t in downstream)

@@ -41,6 +41,22 @@ def steady_rate(series: Sequence[tuple[float, float]]) -> float | None:
     return (v1 - v0) / (t1 - t0) if t1 > t0 else None
 
 
+def completion_rate(
+    source_series: Sequence[tuple[float, float]], total: float, end_s: float
+) -> float | None:
+    """Records per second from the first commit on the source topic to ``end_s``, the
+    moment all ``total`` records were committed through every stage.
+
+    The records committed at that first commit count as done before it: the window
+    starts once processing has started and ends when the last stage has committed.
+    """
+    started = [(t, v) for t, v in source_series if v > 0]
+    if not started:
+        return None
+    t0, v0 = started[0]
+    return (total - v0) / (end_s - t0) if end_s > t0 and total > v0 else None
+
+
 def instant_rates(series: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     """(midpoint seconds, units per second) between consecutive samples whose value moved.
 
