@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import orjson
 import pytest
@@ -13,6 +14,7 @@ from app.semantics import (
     InvalidEvent,
     add_sale,
     apply_inventory,
+    ascii_token_counts,
     category_of,
     check_key,
     decode_text_line,
@@ -21,6 +23,7 @@ from app.semantics import (
     parse_product,
     sale_revenue,
     stock_delta,
+    text_line_tokens,
     tokenize,
     tokenize_bytes,
     window_start,
@@ -65,6 +68,28 @@ def test_tokenize_lowercases_and_splits_on_unicode_non_word(line: str, tokens: l
 )
 def test_tokenize_bytes_equals_tokenize_of_the_decoded_text(line: str) -> None:
     assert tokenize_bytes(line.encode("utf-8")) == tokenize(line)
+
+
+def test_a_batch_of_ascii_lines_counts_the_tokens_of_each_line() -> None:
+    # Joined for one split: a token at the end of a line must not run into the next one.
+    lines = [b"end", b"start and end", b"", b"  -- ", b"x_1 X_1 09:30", b"end"]
+    want = Counter(t for line in lines for t in tokenize(line.decode()))
+    got = ascii_token_counts(lines)
+    assert {k.decode(): v for k, v in got.items()} == want
+    assert got[b"end"] == 3
+    assert b"" not in got
+    assert ascii_token_counts([]) == Counter()
+
+
+def test_text_line_tokens_check_the_record_like_decode_text_line() -> None:
+    assert text_line_tokens("État du stock".encode()) == ["état", "du", "stock"]
+    assert text_line_tokens(b"Plain ASCII") == ["plain", "ascii"]
+    with pytest.raises(InvalidEvent, match="missing"):
+        text_line_tokens(None)
+    with pytest.raises(InvalidEvent, match="exceeds the limit"):
+        text_line_tokens(b"x" * 101, max_bytes=100)
+    with pytest.raises(InvalidEvent, match="not UTF-8"):
+        text_line_tokens(b"\xff ok")
 
 
 def test_text_line_must_be_utf8_and_not_oversize() -> None:
