@@ -31,16 +31,34 @@ def read_range(
 ) -> DataFrame:
     """The committed records of ``topic`` from ``starts`` (default: the earliest) up to
     ``ends``, one Spark partition per Kafka partition, read in parallel."""
-    parts = sorted(p for p, end in ends.items() if end > (starts or {}).get(p, 0))
+    return read_ranges(spark, bootstrap, {topic: ends}, {topic: starts or {}})
+
+
+def read_ranges(
+    spark: SparkSession,
+    bootstrap: str,
+    ends: dict[str, dict[int, int]],
+    starts: dict[str, dict[int, int]] | None = None,
+) -> DataFrame:
+    """The committed records of several topics (``ends``: topic -> partition -> end
+    offset) in one read: one resolution of the offsets and one Spark job for all, one
+    Spark partition per Kafka partition. ``topic`` tells the records apart."""
+    starts = starts or {}
+    parts = {
+        topic: sorted(p for p, end in by_partition.items() if end > starts.get(topic, {}).get(p, 0))
+        for topic, by_partition in ends.items()
+    }
+    parts = {topic: found for topic, found in parts.items() if found}
     if not parts:
         return spark.createDataFrame([], KAFKA_SCHEMA)
-    begin = {str(p): (starts or {}).get(p, -2) for p in parts}
+    begin = {t: {str(p): starts.get(t, {}).get(p, -2) for p in ps} for t, ps in parts.items()}
+    end = {t: {str(p): ends[t][p] for p in ps} for t, ps in parts.items()}
     return (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
-        .option("assign", json.dumps({topic: parts}))
-        .option("startingOffsets", json.dumps({topic: begin}))
-        .option("endingOffsets", json.dumps({topic: {str(p): ends[p] for p in parts}}))
+        .option("assign", json.dumps(parts))
+        .option("startingOffsets", json.dumps(begin))
+        .option("endingOffsets", json.dumps(end))
         # Changelogs are written by transactional producers under exactly_once.
         .option("kafka.isolation.level", "read_committed")
         # Compaction and retention leave offset gaps; they are not data loss here.

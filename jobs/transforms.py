@@ -384,12 +384,19 @@ def sales_by_category(totals: DataFrame) -> DataFrame:
 
 
 def latest(changelog: DataFrame) -> DataFrame:
-    """Latest value per key of a changelog (``key``, ``value`` as strings); tombstones
+    """Latest value per key of a changelog (``key``, ``raw`` as strings); tombstones
     remove the key."""
-    newest = changelog.groupBy("key").agg(
+    return latest_by_topic(changelog).drop("topic")
+
+
+def latest_by_topic(changelogs: DataFrame) -> DataFrame:
+    """Latest value per key of each changelog in one frame (``topic``, ``key``, ``raw``
+    as strings), in one aggregation; tombstones remove the key."""
+    newest = changelogs.groupBy("topic", "key").agg(
         sf.max_by(sf.struct("value"), sf.col("offset")).alias("last")
     )
     return newest.where(sf.col("last.value").isNotNull()).select(
+        "topic",
         sf.col("key").cast("string").alias("key"),
         sf.col("last.value").cast("string").alias("raw"),
     )
@@ -397,14 +404,24 @@ def latest(changelog: DataFrame) -> DataFrame:
 
 def stream_word_counts(changelog: DataFrame) -> DataFrame:
     """word_counts as the workers hold it: ``key``, ``count``, ``raw``."""
-    return latest(changelog).select("key", sf.col("raw").cast("long").alias("count"), "raw")
+    return live_word_counts(latest(changelog))
+
+
+def live_word_counts(rows: DataFrame) -> DataFrame:
+    """word_counts from the latest rows of its changelog (:func:`latest`)."""
+    return rows.select("key", sf.col("raw").cast("long").alias("count"), "raw")
 
 
 def stream_inventory(changelog: DataFrame) -> DataFrame:
     """inventory as the workers hold it: ``key``, ``store_id``, ``on_hand``, ``updated_at``."""
+    return live_inventory(latest(changelog))
+
+
+def live_inventory(rows: DataFrame) -> DataFrame:
+    """inventory from the latest rows of its changelog (:func:`latest`)."""
     schema = "store_id string, on_hand map<string,long>, updated_at long"
     value = sf.from_json("raw", schema)
-    return latest(changelog).select(
+    return rows.select(
         "key",
         value.store_id.alias("store_id"),
         value.on_hand.alias("on_hand"),
@@ -416,7 +433,11 @@ def stream_inventory(changelog: DataFrame) -> DataFrame:
 def stream_sales_by_category(changelog: DataFrame) -> DataFrame:
     """sales_by_category as the workers hold it; JSON keys ``[category, [start_s, end_s]]``
     become ``category@start_ms``."""
-    rows = latest(changelog)
+    return live_sales_by_category(latest(changelog))
+
+
+def live_sales_by_category(rows: DataFrame) -> DataFrame:
+    """sales_by_category from the latest rows of its changelog (:func:`latest`)."""
     category = sf.get_json_object("key", "$[0]")
     start_ms = sf.round(sf.get_json_object("key", "$[1][0]").cast("double") * 1000).cast("long")
     value = sf.from_json("raw", "units long, revenue double")
