@@ -31,6 +31,7 @@ worker (nothing is skipped); a restart resumes from the committed offsets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -135,7 +136,8 @@ class DirectSource(Service):
 
     async def on_stop(self) -> None:
         async with self._busy:  # the batch in flight commits first
-            await self._finished()
+            with contextlib.suppress(Exception):  # a failure was logged and stops the worker
+                await self._finished()
             consumer, self._consumer = self._consumer, None
             if consumer is not None:
                 await consumer.stop()
@@ -154,6 +156,14 @@ class DirectSource(Service):
                 self.committed.pop(tp, None)
 
     async def assigned(self, assigned: set[TopicPartition]) -> None:
+        try:
+            await self._assigned(assigned)
+        except Exception as exc:
+            # Under exactly_once a partition without its producer would never be read.
+            logger.exception("%s: the new partitions could not be set up", self.name)
+            await self.faust_app.crash(exc)
+
+    async def _assigned(self, assigned: set[TopicPartition]) -> None:
         consumer = self._consumer
         if consumer is None:
             return
