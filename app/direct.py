@@ -42,7 +42,7 @@ from mode import Service
 
 from app.metrics import count_events
 from app.settings import Settings
-from tables.batch import PartitionBatch
+from tables.batch import PartitionBatch, send_output
 
 logger = logging.getLogger(__name__)
 
@@ -269,19 +269,7 @@ class DirectSource(Service):
         batches = [self.build(tp, records) for tp, records in pending.items()]
         # ...and sent once that is done: one batch in flight.
         await self._finished()
-        sends = []
-        for batch in batches:
-            for out in batch.outputs:
-                sends.append(
-                    await producer.send(
-                        out.topic,
-                        out.value,
-                        key=out.key,
-                        partition=out.partition,
-                        timestamp_ms=out.timestamp_ms,
-                        headers=out.headers,
-                    )
-                )
+        sends = [await send_output(producer, out) for batch in batches for out in batch.outputs]
         offsets = {batch.tp: batch.last_offset + 1 for batch in batches}
         self._finishing = asyncio.ensure_future(self._commit(sends, offsets))
 
@@ -310,17 +298,7 @@ class DirectSource(Service):
         batch = self.build(tp, records)
         offset = batch.last_offset + 1
         async with producer.transaction():
-            sends = [
-                await producer.send(
-                    out.topic,
-                    out.value,
-                    key=out.key,
-                    partition=out.partition,
-                    timestamp_ms=out.timestamp_ms,
-                    headers=out.headers,
-                )
-                for out in batch.outputs
-            ]
+            sends = [await send_output(producer, out) for out in batch.outputs]
             await asyncio.gather(*sends)
             await producer.send_offsets_to_transaction({tp: offset}, self.group)
         self.committed[tp] = offset

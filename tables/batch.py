@@ -86,6 +86,18 @@ class PartitionBatch:
         self.outputs.append(output)
 
 
+async def send_output(producer: Any, out: Output) -> Any:
+    """Hand ``out`` to an aiokafka producer; return the future of its delivery."""
+    return await producer.send(
+        out.topic,
+        out.value,
+        key=out.key,
+        partition=out.partition,
+        timestamp_ms=out.timestamp_ms,
+        headers=out.headers,
+    )
+
+
 def by_partition(events: Iterable[Any]) -> dict[Any, list[Any]]:
     """Events grouped by source partition, each group in offset order."""
     groups: dict[Any, list[Any]] = defaultdict(list)
@@ -534,16 +546,7 @@ class BatchProcessor:
                         await transaction.send(topic, value, key=key, partition=tp.partition)
                     )
             for out in batch.outputs:
-                sends.append(
-                    await transaction.send(
-                        out.topic,
-                        out.value,
-                        key=out.key,
-                        partition=out.partition,
-                        timestamp_ms=out.timestamp_ms,
-                        headers=out.headers,
-                    )
-                )
+                sends.append(await send_output(transaction, out))
             if sends:
                 await asyncio.gather(*sends)
             if commit_to is not None:
