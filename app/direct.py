@@ -160,8 +160,7 @@ class DirectSource(Service):
             await self._assigned(assigned)
         except Exception as exc:
             # Under exactly_once a partition without its producer would never be read.
-            logger.exception("%s: the new partitions could not be set up", self.name)
-            await self.faust_app.crash(exc)
+            await self._stop_worker("the new partitions could not be set up", exc)
 
     async def _assigned(self, assigned: set[TopicPartition]) -> None:
         consumer = self._consumer
@@ -216,12 +215,7 @@ class DirectSource(Service):
                 try:
                     await self._process(fetched)
                 except Exception as exc:
-                    logger.exception(
-                        "%s: a batch failed; the worker stops and a restart resumes from "
-                        "the committed offsets",
-                        self.name,
-                    )
-                    await self.faust_app.crash(exc)
+                    await self._stop_worker("a batch failed", exc)
                     return
 
     def _pending(self, fetched: dict[TopicPartition, list[Any]]) -> dict[TopicPartition, list[Any]]:
@@ -282,12 +276,7 @@ class DirectSource(Service):
             assert consumer is not None
             await consumer.commit(offsets)
         except Exception as exc:
-            logger.exception(
-                "%s: a batch was not delivered or not committed; the worker stops and a "
-                "restart resumes from the committed offsets",
-                self.name,
-            )
-            await self.faust_app.crash(exc)
+            await self._stop_worker("a batch was not delivered or not committed", exc)
             raise
         self.committed.update(offsets)
 
@@ -302,6 +291,16 @@ class DirectSource(Service):
             await asyncio.gather(*sends)
             await producer.send_offsets_to_transaction({tp: offset}, self.group)
         self.committed[tp] = offset
+
+    async def _stop_worker(self, what: str, exc: Exception) -> None:
+        """Log ``what`` went wrong and crash the worker: nothing is skipped, and a restart
+        resumes from the committed offsets."""
+        logger.exception(
+            "%s: %s; the worker stops and a restart resumes from the committed offsets",
+            self.name,
+            what,
+        )
+        await self.faust_app.crash(exc)
 
     # -- figures ----------------------------------------------------------------------
 
