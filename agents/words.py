@@ -26,7 +26,7 @@ import orjson
 
 from agents.dlq import DeadLetters
 from app.direct import DirectSource
-from app.semantics import InvalidEvent, ascii_token_counts, text_line_tokens
+from app.semantics import InvalidEvent, ascii_token_counts, decode_text_line, tokenize
 from app.settings import Settings
 from app.topics import TEXT_LINES, partition_for, source_groups
 from tables.batch import BatchProcessor, Output, PartitionBatch, decode_value, encode_value, read
@@ -75,7 +75,7 @@ def split_batch(
             ascii_lines.append(value)
             continue
         try:
-            counts.update(text_line_tokens(value, limit))
+            counts.update(tokenize(decode_text_line(value, limit)))
         except InvalidEvent as error:
             batch.send(dlq.record_of(record, error.reason))
     for token, count in ascii_token_counts(ascii_lines).items():

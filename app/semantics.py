@@ -67,14 +67,6 @@ def decode_text_line(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> s
         raise InvalidEvent(f"value: not UTF-8 ({error.reason} at byte {error.start})") from None
 
 
-def text_line_tokens(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> list[str]:
-    """The tokens of a ``text-lines`` record, or InvalidEvent as :func:`decode_text_line`
-    says (ASCII lines are split as bytes, with equal tokens)."""
-    if raw is not None and len(raw) <= max_bytes and raw.isascii():
-        return [token.decode() for token in _ASCII_NON_WORD.split(raw.lower()) if token]
-    return tokenize(decode_text_line(raw, max_bytes))
-
-
 def ascii_token_counts(lines: list[bytes]) -> Counter[bytes]:
     """How often each token occurs in ``lines`` (ASCII text, each a whole line).
 

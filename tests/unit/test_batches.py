@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +59,7 @@ class Letters:
         return Output(f"{message.topic}-dlq", message.key, message.value)
 
 
-def lines(partition: int, texts: list[bytes], first: int = 0) -> list[Message]:
+def lines(partition: int, texts: Sequence[bytes | None], first: int = 0) -> list[Message]:
     """Fetched text-lines records, as the split stage gets them."""
     return [Message("text-lines", partition, first + n, None, text) for n, text in enumerate(texts)]
 
@@ -101,13 +102,21 @@ def test_split_sends_each_word_once_to_its_partition_with_its_batch_count() -> N
 
 
 def test_split_dead_letters_bad_lines_and_counts_the_rest() -> None:
-    records = lines(0, [b"good words", b"\xff\xfe not utf-8", b"more good", b"x" * 70_000])
+    texts: list[bytes | None] = [
+        b"good words",
+        b"\xff\xfe not utf-8",
+        b"more good",
+        b"x" * 70_000,
+        None,
+    ]
+    records = lines(0, texts)
     letters = Letters()
     batch = split_batch(TP("text-lines", 0), records, Settings(), letters, partitions=8)  # type: ignore[arg-type]
     dead = [o for o in batch.outputs if o.topic == "text-lines-dlq"]
-    assert [o.value for o in dead] == [b"\xff\xfe not utf-8", b"x" * 70_000]
+    assert [o.value for o in dead] == [b"\xff\xfe not utf-8", b"x" * 70_000, None]
     assert "not UTF-8" in letters.reasons[0]
     assert "exceeds the limit" in letters.reasons[1]
+    assert "missing" in letters.reasons[2]
     counted: Counter[str] = Counter()
     for out in batch.outputs:
         if out.topic == REPARTITION_TOPIC:

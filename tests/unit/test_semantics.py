@@ -23,7 +23,6 @@ from app.semantics import (
     parse_product,
     sale_revenue,
     stock_delta,
-    text_line_tokens,
     tokenize,
     tokenize_bytes,
     window_start,
@@ -79,17 +78,6 @@ def test_a_batch_of_ascii_lines_counts_the_tokens_of_each_line() -> None:
     assert got[b"end"] == 3
     assert b"" not in got
     assert ascii_token_counts([]) == Counter()
-
-
-def test_text_line_tokens_check_the_record_like_decode_text_line() -> None:
-    assert text_line_tokens("État du stock".encode()) == ["état", "du", "stock"]
-    assert text_line_tokens(b"Plain ASCII") == ["plain", "ascii"]
-    with pytest.raises(InvalidEvent, match="missing"):
-        text_line_tokens(None)
-    with pytest.raises(InvalidEvent, match="exceeds the limit"):
-        text_line_tokens(b"x" * 101, max_bytes=100)
-    with pytest.raises(InvalidEvent, match="not UTF-8"):
-        text_line_tokens(b"\xff ok")
 
 
 def test_text_line_must_be_utf8_and_not_oversize() -> None:
