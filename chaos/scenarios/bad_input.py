@@ -49,7 +49,7 @@ def run(kafka: LocalKafka, scale: int = 1, seed: int = 13) -> dict[str, Any]:
         worker = workers.add("w0")
         worker.wait_ready(240)
         _seed(kafka)
-        before = _tables(kafka)
+        before = _settled_tables(kafka)
         products_before = scan(worker, "products")
         started = time.monotonic()
         offsets_before = {t: _positions(read_topic(kafka.bootstrap, t)) for t in SOURCES}
@@ -98,6 +98,23 @@ def _seed(kafka: LocalKafka) -> None:
     )
     if not ok:
         raise RuntimeError("the seed records never reached the tables")
+
+
+def _settled_tables(
+    kafka: LocalKafka, quiet_s: float = 5.0, timeout: float = 120.0
+) -> dict[str, Any]:
+    """The tables once two reads ``quiet_s`` apart agree. The seed's marker store can be
+    applied before its other stores (other partitions, other batches): a snapshot taken
+    at once could miss them, and their late writes would look like a change made by the
+    bad records."""
+    deadline = time.monotonic() + timeout
+    last = _tables(kafka)
+    while True:
+        time.sleep(quiet_s)
+        now = _tables(kafka)
+        if now == last or time.monotonic() > deadline:
+            return now
+        last = now
 
 
 def _tables(kafka: LocalKafka) -> dict[str, Any]:
