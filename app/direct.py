@@ -97,7 +97,6 @@ class DirectSource(Service):
         self._finishing: asyncio.Task[None] | None = None
         #: per partition, the offset after the last committed batch
         self.committed: dict[TopicPartition, int] = {}
-        self.records_processed = 0
         super().__init__(**kwargs)
 
     # -- lifecycle --------------------------------------------------------------------
@@ -233,7 +232,10 @@ class DirectSource(Service):
                     # committed offset once it is, and these records come again.
                     continue
                 start = 0
-            kept = [record for record in records if record.offset >= start]
+            if records[0].offset >= start:
+                kept = records  # the usual case: nothing of it committed yet
+            else:  # fetched again after a seek back
+                kept = [record for record in records if record.offset >= start]
             if kept:
                 pending[tp] = kept
         return pending
@@ -246,9 +248,7 @@ class DirectSource(Service):
             await asyncio.gather(*(self._in_transaction(tp, rs) for tp, rs in pending.items()))
         else:
             await self._at_least_once(pending)
-        done = sum(len(records) for records in pending.values())
-        self.records_processed += done
-        count_events(self.name, done)
+        count_events(self.name, sum(len(records) for records in pending.values()))
 
     async def _finished(self) -> None:
         """Wait until the last batch sent is acknowledged and committed; raise its error."""
