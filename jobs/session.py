@@ -7,12 +7,13 @@ passed as ``spark.jars``: Spark's own ``spark.jars.packages`` resolver does not 
 Maven's settings. An image that copied the connector into pyspark's own ``jars/`` folder
 needs neither.
 
-The Java UDFs (``jobs/java/``: the plain item-event parser, the ASCII tokeniser) are
-compiled with ``javac`` against pyspark's jars into
-``.cache/streamstate-udfs-<version>-<source hash>.jar`` on first use,
-or installed into pyspark's ``jars/`` folder (``python -m jobs.session --install-udfs``, as
-the batch image does). Without a JDK the job still runs, slower: every item event is then
-parsed in Python, and ASCII lines are split by Spark SQL functions.
+The Java code (``jobs/java/``: the plain item-event parser, the tokeniser and the word
+counter, with the Python character tables of ``jobs/pytext.py``) is compiled with
+``javac`` against pyspark's jars into
+``.cache/streamstate-udfs-<version>-<hash>.jar`` on first use, or installed into pyspark's
+``jars/`` folder (``python -m jobs.session --install-udfs``, as the batch image does).
+Without a JDK the job still runs, slower: every item event is then parsed in Python, ASCII
+lines are split by Spark SQL functions and the others by Python.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from jobs import pytext
+
 ROOT = Path(__file__).resolve().parents[1]
 POM = Path(__file__).resolve().parent / "pom.xml"
 CONNECTOR = "spark-sql-kafka-0-10"
@@ -41,9 +44,11 @@ JAVA_UDFS = {
         "struct<ok:boolean,event_id:string,store_id:string,sku:string,kind:string,"
         "quantity:bigint,unit_price:double,ts:bigint>",
     ),
-    "streamstate_ascii_words": ("streamstate.jobs.AsciiWords", "array<string>"),
+    "streamstate_words": ("streamstate.jobs.Words", "array<string>"),
 }
 UDF_JAR_PREFIX = "streamstate-udfs"
+#: Python's character tables in the jar, next to the class that reads them.
+TEXT_TABLES = "streamstate/jobs/python-text.bin"
 #: Modules the executors' Python workers import (the UDFs call the shared semantics).
 SHIPPED = ("app/__init__.py", "app/models.py", "app/semantics.py", "jobs/__init__.py")
 
@@ -108,9 +113,10 @@ def _udf_sources() -> list[Path]:
 
 
 def udf_jar_name() -> str:
-    digest = hashlib.sha256()
-    for source in _udf_sources():
-        digest.update(source.relative_to(JAVA_SOURCES).as_posix().encode())
+    """Named by the Spark version, the sources and the Python the text tables come from."""
+    digest = hashlib.sha256(pytext.fingerprint().encode())
+    for source in [*_udf_sources(), Path(pytext.__file__).resolve()]:
+        digest.update(source.relative_to(ROOT).as_posix().encode())
         digest.update(source.read_bytes())
     return f"{UDF_JAR_PREFIX}-{spark_version()}-{digest.hexdigest()[:12]}.jar"
 
@@ -141,6 +147,7 @@ def build_udf_jar(target: Path) -> Path:
             archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
             for path in sorted(classes.rglob("*.class")):
                 archive.write(path, path.relative_to(classes).as_posix())
+            archive.writestr(TEXT_TABLES, pytext.tables())
         partial.replace(target)
     return target
 

@@ -2,12 +2,12 @@
 
 Input frames have the Kafka source's columns (``key``, ``value``, ``partition``,
 ``offset``, ``timestamp``). Every rule that the stream applies per record comes from
-``app.semantics``. Most records never reach Python: lines that are pure ASCII are
-tokenised in the JVM, and item events in the plain JSON form (a flat object of the
-schema's fields, strings without escapes) are parsed and validated in the JVM by rules
-that restate the schema's. Every other record goes through Arrow UDFs that call the
-same functions as the workers, so a record outside the plain form is judged by the
-stream's own code.
+``app.semantics``. Most records never reach Python: text lines are tokenised and
+counted in the JVM with Python's own character tables (``jobs/pytext.py``), and item
+events in the plain JSON form (a flat object of the schema's fields, strings without
+escapes) are parsed and validated in the JVM by rules that restate the schema's. Every
+other record goes through Arrow UDFs that call the same functions as the workers, so a
+record outside the plain form is judged by the stream's own code.
 """
 
 from __future__ import annotations
@@ -87,18 +87,21 @@ def _tokens_udf(max_bytes: int) -> Any:
     return arrow_udf(tokens, "array<string>")
 
 
-#: The Java UDF that tokenises pure-ASCII lines (jobs/java, jobs/session.py).
-ASCII_WORDS_UDF = "streamstate_ascii_words"
+#: The Java UDF that tokenises a line as the stream does (jobs/java, jobs/session.py).
+WORDS_UDF = "streamstate_words"
 #: The ASCII characters that are not word characters (``[^a-zA-Z0-9_]``): Python's
 #: ``\W`` on an ASCII line.
 ASCII_NON_WORD = "".join(chr(c) for c in range(128) if not (chr(c).isalnum() or chr(c) == "_"))
 
 
-def ascii_words(lines: DataFrame) -> Column:
-    """Per line, its tokens when it is pure ASCII (null otherwise): the Java UDF, or the
-    same rule in Spark SQL when the UDF is not registered."""
-    if lines.sparkSession.catalog.functionExists(ASCII_WORDS_UDF):
-        return sf.call_function(ASCII_WORDS_UDF, sf.col("value"))
+def java_tokeniser(lines: DataFrame) -> bool:
+    """Whether the Java tokeniser is on the session's classpath (and registered)."""
+    return bool(lines.sparkSession.catalog.functionExists(WORDS_UDF))
+
+
+def _ascii_words(lines: DataFrame) -> Column:
+    """Without the JDK: per line, its tokens when it is pure ASCII (null otherwise), by
+    Spark SQL functions."""
     text = sf.col("value").cast("string")
     # Invalid UTF-8 becomes U+FFFD in Java's String, so it never looks like ASCII here.
     is_ascii = ~text.rlike("[^\\x00-\\x7F]")
@@ -106,22 +109,38 @@ def ascii_words(lines: DataFrame) -> Column:
     return sf.when(is_ascii, sf.filter(sf.split(spaced, " "), lambda w: w != ""))
 
 
-def words(lines: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:
-    """One row per token of every valid text line: ``word``.
+def _tokens(sized: DataFrame, max_bytes: int) -> Column:
+    """The tokens of each line (null for an invalid one): the Java tokeniser, or without it
+    Spark SQL for the ASCII lines and the stream's Python function for the others."""
+    if java_tokeniser(sized):
+        return sf.call_function(WORDS_UDF, sf.col("value"))
+    ascii_tokens = _ascii_words(sized)
+    python = _tokens_udf(max_bytes)(sf.when(ascii_tokens.isNull(), sf.col("value")))
+    return sf.coalesce(ascii_tokens, python)
 
-    One pass over the lines: an ASCII line is split in the JVM and reaches the Python UDF
-    as a null (cheap to skip), so the topic is read once.
-    """
+
+def words(lines: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:
+    """One row per token of every valid text line: ``word``."""
     sized = lines.where(sf.col("value").isNotNull() & (sf.octet_length("value") <= max_bytes))
-    staged = sized.select(ascii_words(sized).alias("ascii"), "value")
-    outside = sf.col("ascii").isNull()
-    python = _tokens_udf(max_bytes)(sf.when(outside, sf.col("value")))
-    tokens = sf.when(outside, python).otherwise(sf.col("ascii"))
-    return staged.select(sf.explode(tokens).alias("word")).where(sf.col("word") != "")
+    return sized.select(sf.explode(_tokens(sized, max_bytes)).alias("word"))
+
+
+def _partial_word_counts(lines: DataFrame, max_bytes: int) -> DataFrame | None:
+    """``key``, ``count`` per word and Spark partition, counted in the JVM as the lines are
+    read (no row per token); None without the Java classes."""
+    if not java_tokeniser(lines):
+        return None
+    spark = lines.sparkSession
+    jvm: Any = spark._jvm
+    partial = jvm.streamstate.jobs.WordCounts.partial(lines._jdf, max_bytes)
+    return DataFrame(partial, spark)
 
 
 def word_counts(lines: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:
     """The batch view of word_counts: ``key`` (the word), ``count``."""
+    partial = _partial_word_counts(lines, max_bytes)
+    if partial is not None:
+        return partial.groupBy("key").agg(sf.sum("count").alias("count"))
     return (
         words(lines, max_bytes)
         .groupBy(sf.col("word").alias("key"))

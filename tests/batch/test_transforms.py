@@ -452,17 +452,22 @@ ASCII_LINES = [
 ]
 
 
-def test_ascii_lines_give_the_stream_tokens_with_and_without_the_java_udf(spark: Any) -> None:
-    assert spark.catalog.functionExists(transforms.ASCII_WORDS_UDF)
-    values = [line.encode() for line in ASCII_LINES + LINES]
-    stream = sorted(t for line in ASCII_LINES + LINES for t in semantics.tokenize(line))
+def test_lines_give_the_stream_tokens_and_counts_with_and_without_the_jdk(spark: Any) -> None:
+    assert transforms.java_tokeniser(spark.range(1))
+    lines = ASCII_LINES + LINES
+    values = [line.encode() for line in lines] + [None, b"caf\xc3", b"long " * 20_000]
+    stream = sorted(t for line in lines for t in semantics.tokenize(line))
+    counts = {w: stream.count(w) for w in stream}
 
-    def batch() -> list[str]:
-        return sorted(r["word"] for r in transforms.words(lines_frame(spark, values)).collect())
+    def batch() -> tuple[list[str], dict[str, int]]:
+        frame = lines_frame(spark, values)
+        words = sorted(r["word"] for r in transforms.words(frame).collect())
+        return words, {r["key"]: r["count"] for r in transforms.word_counts(frame).collect()}
 
-    assert batch() == stream
-    spark.sql(f"DROP TEMPORARY FUNCTION {transforms.ASCII_WORDS_UDF}")
+    assert batch() == (stream, counts)
+    spark.sql(f"DROP TEMPORARY FUNCTION {transforms.WORDS_UDF}")
     try:
-        assert batch() == stream
+        assert not transforms.java_tokeniser(spark.range(1))
+        assert batch() == (stream, counts)
     finally:
         assert session.register_udfs(spark)
