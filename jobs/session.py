@@ -7,13 +7,14 @@ passed as ``spark.jars``: Spark's own ``spark.jars.packages`` resolver does not 
 Maven's settings. An image that copied the connector into pyspark's own ``jars/`` folder
 needs neither.
 
-The Java code (``jobs/java/``: the plain item-event parser, the tokeniser and the word
-counter, with the Python character tables of ``jobs/pytext.py``) is compiled with
+The Java code (``jobs/java/``: the parsers of item events and catalogue records in the
+plain form, the store totals, the tokeniser and the word counter, with the Python
+character tables of ``jobs/pytext.py``) is compiled with
 ``javac`` against pyspark's jars into
 ``.cache/streamstate-udfs-<version>-<hash>.jar`` on first use, or installed into pyspark's
 ``jars/`` folder (``python -m jobs.session --install-udfs``, as the batch image does).
-Without a JDK the job still runs, slower: every item event is then parsed in Python, ASCII
-lines are split by Spark SQL functions and the others by Python.
+Without a JDK the job still runs, slower: every item event and catalogue record is then
+parsed in Python, ASCII lines are split by Spark SQL functions and the others by Python.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ JAVA_UDFS = {
         "streamstate.jobs.PlainItemEvent",
         "struct<ok:boolean,event_id:string,store_id:string,sku:string,kind:string,"
         "quantity:bigint,unit_price:double,ts:bigint>",
+    ),
+    "streamstate_plain_product": (
+        "streamstate.jobs.PlainProduct",
+        "struct<ok:boolean,category:string>",
     ),
     "streamstate_words": ("streamstate.jobs.Words", "array<string>"),
 }

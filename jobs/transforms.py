@@ -249,7 +249,8 @@ def _products_udf(max_bytes: int) -> Any:
 
 def product_versions(records: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:
     """Catalogue versions: ``sku``, ``at`` (record timestamp, ms), ``offset``, ``category``
-    (null for a deletion). Invalid records are skipped, as the workers' catalogue does."""
+    (null for a deletion). Invalid records are skipped, as the workers' catalogue does.
+    Every record is judged in Python (see :func:`plain_product_versions`)."""
     parsed = records.select(
         sf.col("key").cast("string").alias("sku"),
         sf.unix_millis("timestamp").alias("at"),
@@ -257,6 +258,47 @@ def product_versions(records: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_
         _products_udf(max_bytes)(sf.col("key"), sf.col("value")).alias("p"),
     )
     return parsed.where(sf.col("p.ok")).select("sku", "at", "offset", sf.col("p.category"))
+
+
+#: The Java UDF that parses catalogue records in the plain form (jobs/java, jobs/session.py).
+PLAIN_PRODUCT_UDF = "streamstate_plain_product"
+
+
+def _plain_product(records: DataFrame, max_bytes: int) -> Column:
+    return sf.call_function(PLAIN_PRODUCT_UDF, sf.col("key"), sf.col("value"), sf.lit(max_bytes))
+
+
+def plain_product_versions(
+    records: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES
+) -> DataFrame | None:
+    """The first pass over the catalogue, in the JVM alone: the versions of the records in
+    the plain form, with ``plain`` true, and a row with ``plain`` false (and null fields)
+    for each record outside it, left for :func:`other_product_versions`. None without the
+    Java UDF."""
+    if not records.sparkSession.catalog.functionExists(PLAIN_PRODUCT_UDF):
+        return None
+    parsed = records.select(
+        sf.col("key").cast("string").alias("sku"),
+        sf.unix_millis("timestamp").alias("at"),
+        "offset",
+        _plain_product(records, max_bytes).alias("p"),
+    )
+    plain = sf.col("p").isNotNull()
+    return parsed.where(~plain | sf.col("p.ok")).select(
+        sf.when(plain, sf.col("sku")).alias("sku"),
+        "at",
+        "offset",
+        sf.col("p.category").alias("category"),
+        plain.alias("plain"),
+    )
+
+
+def other_product_versions(
+    records: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES
+) -> DataFrame:
+    """The second pass: the versions of the records outside the plain form, judged by the
+    stream's own validation in Python."""
+    return product_versions(records.where(_plain_product(records, max_bytes).isNull()), max_bytes)
 
 
 #: ``until`` of a catalogue version that nothing replaced.
@@ -354,19 +396,38 @@ def pending_records(totals: DataFrame) -> int:
     return int(count or 0)
 
 
+def _sum_totals(frame: DataFrame) -> DataFrame:
+    return frame.groupBy(*_TOTALS_KEYS).agg(
+        sf.sum("on_hand").alias("on_hand"),
+        sf.max("updated_at").alias("updated_at"),
+        sf.sum("units").alias("units"),
+        sf.sum("revenue").alias("revenue"),
+        sf.sum("pending").alias("pending"),
+    )
+
+
+def plain_store_totals(
+    events: DataFrame, versions: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES
+) -> DataFrame | None:
+    """:func:`store_totals` of the events in the plain form, summed in the JVM as they are
+    read (``jobs/java/.../StoreTotals.java``: one map per partition, no row per event; the
+    catalogue's spans are broadcast); the records outside the plain form are counted in
+    ``pending`` for the second pass. None without the Java classes."""
+    if not plain_form_parser(events):
+        return None
+    spark = events.sparkSession
+    jvm: Any = spark._jvm
+    spans = catalogue_spans(versions)
+    partial = jvm.streamstate.jobs.StoreTotals.partial(
+        events._jdf, max_bytes, spans._jdf, semantics.UNKNOWN_CATEGORY, semantics.HOUR_MS
+    )
+    return _sum_totals(DataFrame(partial, spark))
+
+
 def merge_totals(first: DataFrame, second: DataFrame) -> DataFrame:
     """The totals of both passes over the events (sums and maxima combine)."""
-    return (
-        first.unionByName(second)
-        .groupBy(*_TOTALS_KEYS)
-        .agg(
-            sf.sum("on_hand").alias("on_hand"),
-            sf.max("updated_at").alias("updated_at"),
-            sf.sum("units").alias("units"),
-            sf.sum("revenue").alias("revenue"),
-            sf.lit(0).cast("long").alias("pending"),
-        )
-    )
+    merged = _sum_totals(first.unionByName(second))
+    return merged.withColumn("pending", sf.lit(0).cast("long"))
 
 
 def inventory(totals: DataFrame) -> DataFrame:

@@ -108,7 +108,32 @@ def product(sku: str, category: str) -> bytes:
     return orjson.dumps({"sku": sku, "name": sku, "category": category})
 
 
-def test_sales_take_the_category_of_the_latest_product_version_at_their_time(spark: Any) -> None:
+def totals_of(events: Any, versions: Any, jvm: bool, max_bytes: int = 64 * 1024) -> Any:
+    """The job's totals of ``events``: summed in the JVM (then the second pass), or by Spark
+    SQL over the parsed events."""
+    if not jvm:
+        return transforms.store_totals(transforms.item_events(events, max_bytes), versions)
+    first = transforms.plain_store_totals(events, versions, max_bytes)
+    assert first is not None
+    second = transforms.store_totals(transforms.other_events(events, max_bytes), versions)
+    return transforms.merge_totals(first, second)
+
+
+def store_views(totals: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    inventory = {
+        r["key"]: (dict(r["on_hand"]), r["updated_at"])
+        for r in transforms.inventory(totals).collect()
+    }
+    sales = {
+        r["key"]: (r["units"], r["revenue"]) for r in transforms.sales_by_category(totals).collect()
+    }
+    return inventory, sales
+
+
+@pytest.mark.parametrize("jvm", [True, False], ids=["jvm", "spark-sql"])
+def test_sales_take_the_category_of_the_latest_product_version_at_their_time(
+    spark: Any, jvm: bool
+) -> None:
     versions = kafka_rows(
         spark,
         [
@@ -130,12 +155,7 @@ def test_sales_take_the_category_of_the_latest_product_version_at_their_time(spa
             (b"s", event("s", "a", "restock", 9, T0 + 250), 5, 0),  # not a sale
         ],
     )
-    totals = transforms.store_totals(
-        transforms.item_events(events), transforms.product_versions(versions)
-    )
-    view = {
-        r["key"]: (r["units"], r["revenue"]) for r in transforms.sales_by_category(totals).collect()
-    }
+    _, view = store_views(totals_of(events, transforms.product_versions(versions), jvm))
     assert view == {
         f"unknown@{T0}": (5, 5.0),
         f"dairy@{T0}": (2, 2.0),
@@ -405,7 +425,34 @@ def test_item_events_without_the_java_udf_are_all_parsed_in_python(spark: Any) -
     assert sorted(tuple(r) for r in rows) == with_udf
 
 
-def test_the_second_pass_adds_the_records_the_first_left_and_nothing_else(spark: Any) -> None:
+def test_store_totals_summed_in_the_jvm_equal_those_of_the_parsed_events(spark: Any) -> None:
+    rows = [_record(n, v, k) for n, (_, k, v) in enumerate(ITEM_RECORDS)]
+    frame = kafka_rows(spark, [*rows, (b"s1", b"not json", len(rows), T0)])
+    versions = transforms.product_versions(
+        kafka_rows(
+            spark,
+            [
+                (b"a", product("a", "dairy"), 0, 0),
+                (b"a", product("a", "bakery"), 1, 2),
+                (b"b", None, 2, 0),
+            ],
+        )
+    )
+    first = transforms.plain_store_totals(frame, versions, ITEM_MAX_BYTES)
+    assert first is not None
+    outside = [d for d, k, v in ITEM_RECORDS if v is not None and len(v) <= ITEM_MAX_BYTES]
+    assert 0 < transforms.pending_records(first) < len(outside)
+    jvm = store_views(totals_of(frame, versions, True, ITEM_MAX_BYTES))
+    assert jvm == store_views(totals_of(frame, versions, False, ITEM_MAX_BYTES))
+    inventory, sales = jvm
+    assert set(inventory) == {"s1", "störe"}
+    assert {key.split("@")[0] for key in sales} == {"dairy", "bakery", "unknown"}
+
+
+@pytest.mark.parametrize("jvm", [True, False], ids=["jvm", "spark-sql"])
+def test_the_second_pass_adds_the_records_the_first_left_and_nothing_else(
+    spark: Any, jvm: bool
+) -> None:
     plain = [orjson.dumps(_sale(event_id=f"p{n}", sku="a", quantity=n % 3 + 1)) for n in range(6)]
     escaped = [orjson.dumps(_sale(event_id=f'q"{n}', sku="a", ts=T0 + HOUR)) for n in range(3)]
     restock = [
@@ -418,7 +465,13 @@ def test_the_second_pass_adds_the_records_the_first_left_and_nothing_else(spark:
     versions = transforms.product_versions(
         kafka_rows(spark, [(b"a", product("a", "dairy"), 0, T0 - HOUR)])
     )
-    first = transforms.store_totals(transforms.plain_events(frame), versions).persist()
+    first = (
+        transforms.plain_store_totals(frame, versions)
+        if jvm
+        else transforms.store_totals(transforms.plain_events(frame), versions)
+    )
+    assert first is not None
+    first = first.persist()
     assert transforms.pending_records(first) == len(escaped) + len(restock) + 1  # "not json"
     second = transforms.store_totals(transforms.other_events(frame), versions)
     merged = transforms.merge_totals(first, second)
@@ -450,6 +503,68 @@ ASCII_LINES = [
     "",
     "   ",
 ]
+
+
+def _product_json(**fields: Any) -> bytes:
+    return orjson.dumps({"sku": "a", "name": "Apple", "category": "fruit", **fields})
+
+
+#: (description, key, value): catalogue records in and out of the plain form, valid and not.
+PRODUCT_RECORDS: list[tuple[str, bytes | None, bytes | None]] = [
+    ("plain", b"a", _product_json()),
+    ("non-ASCII text", "é".encode(), _product_json(sku="é", name="Crème brûlée", category="é")),
+    ("empty name", b"a", _product_json(name="")),
+    ("256-character category", b"a", _product_json(category="é" * 256)),
+    ("257-character category", b"a", _product_json(category="é" * 257)),
+    ("empty category", b"a", _product_json(category="")),
+    ("1025-character name", b"a", _product_json(name="n" * 1025)),
+    ("ignored fields", b"a", _product_json(price=2.5, stock=3, new=True, old=None, tag="x")),
+    ("ignored huge number", b"a", _product_json()[:-1] + b',"big":1e400}'),
+    ("ignored long integer", b"a", _product_json()[:-1] + b',"big":12345678901234567890}'),
+    ("ignored nested", b"a", _product_json(extra={"x": [1]})),
+    ("escaped text", b"a", b'{"sku":"a","name":"A\\u0070ple","category":"fruit"}'),
+    ("escaped name of a field", b"a", b'{"sku":"a","n\\u0061me":"A","category":"fruit"}'),
+    ("duplicate, last wins", b"a", b'{"sku":"a","name":"A","category":"x","category":"veg"}'),
+    ("spaces", b"a", b' { "sku" : "a" ,\n "name":"A", "category" :"fruit" } '),
+    ("name of another type", b"a", b'{"sku":"a","name":7,"category":"fruit"}'),
+    ("missing name", b"a", b'{"sku":"a","category":"fruit"}'),
+    ("key mismatch", b"b", _product_json()),
+    ("no key", None, _product_json()),
+    ("tombstone", b"a", None),
+    ("tombstone without a key", None, None),
+    ("invalid UTF-8", b"a", b'{"sku":"a","name":"\xff","category":"fruit"}'),
+    ("control character", b"a", b'{"sku":"a","name":"A\x01","category":"fruit"}'),
+    ("over the size limit", b"a", _product_json(name="n" * 300)),
+    ("empty object", b"a", b"{}"),
+    ("not JSON", b"a", b"apple"),
+]
+PRODUCT_MAX_BYTES = 1200
+
+
+def test_catalogue_versions_equal_the_stream_validation_in_and_out_of_the_plain_form(
+    spark: Any,
+) -> None:
+    frame = kafka_rows(spark, [(k, v, n, T0 + n) for n, (_, k, v) in enumerate(PRODUCT_RECORDS)])
+    python = transforms.product_versions(frame, PRODUCT_MAX_BYTES)
+    first = transforms.plain_product_versions(frame, PRODUCT_MAX_BYTES)
+    assert first is not None
+    plain = first.where("plain").drop("plain")
+    jvm = plain.unionByName(transforms.other_product_versions(frame, PRODUCT_MAX_BYTES))
+
+    def versions(frame: Any) -> list[tuple[Any, ...]]:
+        return sorted(tuple(r) for r in frame.collect())
+
+    assert versions(jvm) == versions(python)
+    outside = {r["offset"] for r in first.where("not plain").collect()}
+    named = {description: n for n, (description, _, _) in enumerate(PRODUCT_RECORDS)}
+    for description in ("escaped text", "ignored nested", "name of another type", "not JSON"):
+        assert named[description] in outside, description
+    for description in ("plain", "non-ASCII text", "ignored fields", "257-character category"):
+        assert named[description] not in outside, description
+    kept = {r["offset"]: r["category"] for r in python.collect()}
+    assert kept[named["duplicate, last wins"]] == "veg"
+    assert kept[named["tombstone"]] is None
+    assert named["257-character category"] not in kept
 
 
 def test_lines_give_the_stream_tokens_and_counts_with_and_without_the_jdk(spark: Any) -> None:

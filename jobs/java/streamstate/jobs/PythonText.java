@@ -188,61 +188,10 @@ public final class PythonText {
     return j == length || !has(tables.cased, points[j]);
   }
 
-  /**
-   * Decodes {@code line} into {@code points}, or returns -1 for a byte sequence that is not
-   * well-formed UTF-8 (The Unicode Standard, table 3-7; Python's strict decoder).
-   */
   private int decode(byte[] line) {
     if (points.length < line.length) {
       points = new int[Math.max(line.length, 2 * points.length)];
     }
-    int n = 0;
-    int i = 0;
-    while (i < line.length) {
-      int b0 = line[i] & 0xFF;
-      if (b0 < 0x80) {
-        points[n++] = b0;
-        i++;
-        continue;
-      }
-      int need, cp, low = 0x80, high = 0xBF;
-      if (b0 >= 0xC2 && b0 <= 0xDF) {
-        need = 1;
-        cp = b0 & 0x1F;
-      } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-        need = 2;
-        cp = b0 & 0x0F;
-        if (b0 == 0xE0) {
-          low = 0xA0;
-        } else if (b0 == 0xED) {
-          high = 0x9F; // no surrogates
-        }
-      } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-        need = 3;
-        cp = b0 & 0x07;
-        if (b0 == 0xF0) {
-          low = 0x90;
-        } else if (b0 == 0xF4) {
-          high = 0x8F; // nothing above U+10FFFF
-        }
-      } else {
-        return -1;
-      }
-      if (i + need >= line.length) { // truncated
-        return -1;
-      }
-      for (int k = 1; k <= need; k++) {
-        int b = line[i + k] & 0xFF;
-        if (b < low || b > high) {
-          return -1;
-        }
-        low = 0x80;
-        high = 0xBF;
-        cp = (cp << 6) | (b & 0x3F);
-      }
-      points[n++] = cp;
-      i += need + 1;
-    }
-    return n;
+    return Utf8.decode(line, points);
   }
 }
