@@ -2,7 +2,10 @@
 session (the same Kafka connector jars).
 
     python -m bench.baselines.spark_scan --bootstrap 127.0.0.1:25092 \
-        --topics text-lines,item-events,products --master 'local[*]'
+        --topics text-lines,item-events,products --master 'local[*]' [--fetch-max-wait-ms 10]
+
+Without ``--fetch-max-wait-ms`` the reader has Spark's and Kafka's defaults (a bare
+count); with it, the fetch wait the batch job's own readers use (``jobs/io.py``).
 
 Prints one JSON object: the records counted and the seconds of the count alone.
 """
@@ -24,10 +27,12 @@ def session(master: str) -> Any:
     return jobs_session.build_session(master)
 
 
-def count(spark: Any, bootstrap: str, topics: str) -> int:
+def count(spark: Any, bootstrap: str, topics: str, fetch_max_wait_ms: int | None = None) -> int:
+    reader = spark.read.format("kafka")
+    if fetch_max_wait_ms is not None:
+        reader = reader.option("kafka.fetch.max.wait.ms", str(fetch_max_wait_ms))
     frame = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        reader.option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topics)
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")
@@ -41,11 +46,12 @@ def main() -> None:
     parser.add_argument("--bootstrap", default="127.0.0.1:25092")
     parser.add_argument("--topics", default="text-lines,item-events,products,payments")
     parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--fetch-max-wait-ms", type=int, default=None)
     args = parser.parse_args()
     spark = session(args.master)
     try:
         started = time.monotonic()
-        records = count(spark, args.bootstrap, args.topics)
+        records = count(spark, args.bootstrap, args.topics, args.fetch_max_wait_ms)
         seconds = time.monotonic() - started
     finally:
         spark.stop()
