@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
+from py4j.java_gateway import JavaClass  # type: ignore[import-untyped]
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as sf
 from pyspark.sql.pandas import functions as pandas_functions
@@ -125,15 +126,22 @@ def words(lines: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> Dat
     return sized.select(sf.explode(_tokens(sized, max_bytes)).alias("word"))
 
 
+def java_class(spark: Any, name: str) -> Any:
+    """The job's Java class ``streamstate.jobs.<name>`` through py4j, or None when the
+    driver cannot load it (a jar added to the session after it started, under spark-submit
+    without ``--jars``)."""
+    found = getattr(spark._jvm.streamstate.jobs, name)
+    return found if isinstance(found, JavaClass) else None
+
+
 def _partial_word_counts(lines: DataFrame, max_bytes: int) -> DataFrame | None:
     """``key``, ``count`` per word and Spark partition, counted in the JVM as the lines are
     read (no row per token); None without the Java classes."""
-    if not java_tokeniser(lines):
-        return None
     spark = lines.sparkSession
-    jvm: Any = spark._jvm
-    partial = jvm.streamstate.jobs.WordCounts.partial(lines._jdf, max_bytes)
-    return DataFrame(partial, spark)
+    counter = java_class(spark, "WordCounts") if java_tokeniser(lines) else None
+    if counter is None:
+        return None
+    return DataFrame(counter.partial(lines._jdf, max_bytes), spark)
 
 
 def word_counts(lines: DataFrame, max_bytes: int = semantics.DEFAULT_MAX_BYTES) -> DataFrame:
@@ -413,12 +421,12 @@ def plain_store_totals(
     read (``jobs/java/.../StoreTotals.java``: one map per partition, no row per event; the
     catalogue's spans are broadcast); the records outside the plain form are counted in
     ``pending`` for the second pass. None without the Java classes."""
-    if not plain_form_parser(events):
-        return None
     spark = events.sparkSession
-    jvm: Any = spark._jvm
+    summer = java_class(spark, "StoreTotals") if plain_form_parser(events) else None
+    if summer is None:
+        return None
     spans = catalogue_spans(versions)
-    partial = jvm.streamstate.jobs.StoreTotals.partial(
+    partial = summer.partial(
         events._jdf, max_bytes, spans._jdf, semantics.UNKNOWN_CATEGORY, semantics.HOUR_MS
     )
     return _sum_totals(DataFrame(partial, spark))

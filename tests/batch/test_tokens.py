@@ -125,3 +125,8 @@ def test_the_tables_describe_this_python() -> None:
     assert pytext.sigma_context("'") == (False, True)
     assert pytext.sigma_context(" ") == (False, False)
     assert pytext.fingerprint().startswith("py3.")
+
+
+def test_a_java_class_the_driver_cannot_load_leaves_the_python_path(spark: Any) -> None:
+    assert transforms.java_class(spark, "WordCounts") is not None
+    assert transforms.java_class(spark, "NoSuchCounter") is None
