@@ -3,11 +3,13 @@
 Input frames have the Kafka source's columns (``key``, ``value``, ``partition``,
 ``offset``, ``timestamp``). Every rule that the stream applies per record comes from
 ``app.semantics``. Most records never reach Python: text lines are tokenised and
-counted in the JVM with Python's own character tables (``jobs/pytext.py``), and item
-events in the plain JSON form (a flat object of the schema's fields, strings without
-escapes) are parsed and validated in the JVM by rules that restate the schema's. Every
-other record goes through Arrow UDFs that call the same functions as the workers, so a
-record outside the plain form is judged by the stream's own code.
+counted in the JVM with Python's own character tables (``jobs/pytext.py``); item events
+and catalogue records in the plain JSON form (a flat object of the schema's fields,
+strings without escapes) are parsed and validated in the JVM by rules that restate the
+schema's, and the events are summed there as they are read. Every other record goes
+through Arrow UDFs that call the same functions as the workers, so a record outside the
+plain form is judged by the stream's own code. Without the JDK, every record is judged
+in Python (ASCII lines are split by Spark SQL).
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def _tokens_udf(max_bytes: int) -> Any:
     list_type = pa.list_(pa.string())
 
     def tokens(values: pa.Array) -> pa.Array:
-        if values.null_count == len(values):  # a batch of ASCII lines, split in the JVM
+        if values.null_count == len(values):  # a batch of ASCII lines, split by Spark SQL
             return pa.nulls(len(values), list_type)
         out: list[list[str] | None] = []
         for raw in values.to_pylist():
