@@ -406,7 +406,8 @@ def pending_records(totals: DataFrame) -> int:
     return int(count or 0)
 
 
-def _sum_totals(frame: DataFrame) -> DataFrame:
+def sum_totals(frame: DataFrame) -> DataFrame:
+    """Totals added up by their keys (sums, and the latest ``updated_at``)."""
     return frame.groupBy(*_TOTALS_KEYS).agg(
         sf.sum("on_hand").alias("on_hand"),
         sf.max("updated_at").alias("updated_at"),
@@ -431,12 +432,12 @@ def plain_store_totals(
     partial = summer.partial(
         events._jdf, max_bytes, spans._jdf, semantics.UNKNOWN_CATEGORY, semantics.HOUR_MS
     )
-    return _sum_totals(DataFrame(partial, spark))
+    return sum_totals(DataFrame(partial, spark))
 
 
 def merge_totals(first: DataFrame, second: DataFrame) -> DataFrame:
     """The totals of both passes over the events (sums and maxima combine)."""
-    merged = _sum_totals(first.unionByName(second))
+    merged = sum_totals(first.unionByName(second))
     return merged.withColumn("pending", sf.lit(0).cast("long"))
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 
 from app import semantics
@@ -130,3 +131,16 @@ def test_the_tables_describe_this_python() -> None:
 def test_a_java_class_the_driver_cannot_load_leaves_the_python_path(spark: Any) -> None:
     assert transforms.java_class(spark, "WordCounts") is not None
     assert transforms.java_class(spark, "NoSuchCounter") is None
+
+
+def test_word_counts_sent_on_whenever_the_map_fills_up_add_up_the_same(spark: Any) -> None:
+    lines = [b"a b c d e f", b"a a b", "ὈΔΌΣ g h".encode(), b"i j k l"] * 5
+    frame = spark.createDataFrame([(v,) for v in lines], "value binary").repartition(2)
+    counter = transforms.java_class(spark, "WordCounts")
+    parts = DataFrame(counter.partial(frame._jdf, 64 * 1024, 2), spark)
+    words = {t for raw in lines for t in semantics.tokenize(raw.decode())}
+    assert parts.count() > 2 * len(words)  # the maps were sent on many times
+    summed = parts.groupBy("key").agg(sf.sum("count").alias("count"))
+    assert {r["key"]: r["count"] for r in summed.collect()} == {
+        r["key"]: r["count"] for r in transforms.word_counts(frame).collect()
+    }

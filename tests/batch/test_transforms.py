@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as sf
 
 from app import semantics
 from jobs import compare, session, transforms
@@ -447,6 +449,24 @@ def test_store_totals_summed_in_the_jvm_equal_those_of_the_parsed_events(spark: 
     inventory, sales = jvm
     assert set(inventory) == {"s1", "störe"}
     assert {key.split("@")[0] for key in sales} == {"dairy", "bakery", "unknown"}
+
+
+def test_store_totals_sent_on_whenever_the_maps_fill_up_add_up_the_same(spark: Any) -> None:
+    rows = [
+        (b"s1", event("s1", sku, kind, 2, T0 + n * 1000, 1.5 if kind == "sale" else None), n, T0)
+        for n, (sku, kind) in enumerate([("a", "sale"), ("b", "restock"), ("c", "sale")] * 4)
+    ]
+    frame = kafka_rows(spark, [*rows, (b"s1", b"not json", len(rows), T0)]).repartition(2)
+    versions = transforms.product_versions(kafka_rows(spark, [(b"a", product("a", "x"), 0, 0)]))
+    summer = transforms.java_class(spark, "StoreTotals")
+    spans = transforms.catalogue_spans(versions)
+    jparts = summer.partial(frame._jdf, 64 * 1024, spans._jdf, "unknown", HOUR, 1)
+    parts = DataFrame(jparts, spark)
+    assert parts.count() > 6  # the maps were sent on after every key
+    whole = transforms.plain_store_totals(frame, versions)
+    assert whole is not None
+    assert store_views(transforms.sum_totals(parts)) == store_views(whole)
+    assert parts.agg(sf.sum("pending")).first()[0] == 1  # "not json", for the second pass
 
 
 @pytest.mark.parametrize("jvm", [True, False], ids=["jvm", "spark-sql"])

@@ -2,11 +2,13 @@ package streamstate.jobs;
 
 import java.io.Serializable;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.Comparator;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.NoSuchElementException;
 
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
@@ -107,18 +109,31 @@ public final class StoreTotals {
     }
   }
 
+  /** Keys (store and SKU, category and window) a partition's maps hold before their totals
+   * are sent on and they start anew. */
+  static final int MAX_KEYS = 500_000;
+
   /**
    * {@code events}' columns {@code key} and {@code value} (binary), summed per partition;
    * {@code spans} the catalogue's (sku, since, until, category), collected and broadcast.
    */
   public static Dataset<Row> partial(
       Dataset<Row> events, int maxBytes, Dataset<Row> spans, String unknown, long windowMs) {
+    return partial(events, maxBytes, spans, unknown, windowMs, MAX_KEYS);
+  }
+
+  /**
+   * The same, sending the totals on whenever the maps hold {@code maxKeys} keys, so that a
+   * partition of any size needs bounded memory (the caller's sum adds the parts up).
+   */
+  public static Dataset<Row> partial(Dataset<Row> events, int maxBytes, Dataset<Row> spans,
+      String unknown, long windowMs, int maxKeys) {
     Catalogue catalogue = new Catalogue(spans.collectAsList(), unknown);
     JavaSparkContext context =
         JavaSparkContext.fromSparkContext(events.sparkSession().sparkContext());
     Broadcast<Catalogue> shared = context.broadcast(catalogue);
-    MapPartitionsFunction<Row, Row> sum =
-        part -> totals(part, maxBytes, shared.value(), windowMs);
+    MapPartitionsFunction<Row, Row> sum = part -> new Summer(
+        part, maxBytes, shared.value(), windowMs, maxKeys);
     return events.select("key", "value").mapPartitions(sum, Encoders.row(SCHEMA));
   }
 
@@ -131,36 +146,74 @@ public final class StoreTotals {
     double revenue;
   }
 
-  static Iterator<Row> totals(
-      Iterator<Row> events, int maxBytes, Catalogue catalogue, long windowMs) {
-    Map<StoreSku, long[]> stock = new HashMap<>(); // on_hand, updated_at
-    Map<Window, Sold> sales = new HashMap<>();
-    ItemEventParser p = new ItemEventParser();
-    long pending = 0;
-    while (events.hasNext()) {
-      Row event = events.next();
-      byte[] key = event.isNullAt(0) ? null : (byte[]) event.get(0);
-      byte[] value = event.isNullAt(1) ? null : (byte[]) event.get(1);
-      int verdict = p.parse(key, value, maxBytes);
-      if (verdict == ItemEventParser.NOT_PLAIN) {
-        pending++;
-        continue;
-      }
-      if (verdict != ItemEventParser.VALID) {
-        continue;
-      }
-      boolean sale = p.kind.equals("sale");
-      long[] item =
-          stock.computeIfAbsent(new StoreSku(p.storeId, p.sku), k -> new long[] {0, Long.MIN_VALUE});
-      item[0] += sale ? -p.quantity : p.quantity;
-      item[1] = Math.max(item[1], p.ts);
-      if (sale) {
-        Window window = new Window(catalogue.at(p.sku, p.ts), p.ts - p.ts % windowMs);
-        Sold sold = sales.computeIfAbsent(window, w -> new Sold());
-        sold.units += p.quantity;
-        sold.revenue += (double) p.quantity * p.unitPrice;
-      }
+  /** The rows of one partition, summed a part at a time. */
+  static final class Summer implements Iterator<Row> {
+    private final Iterator<Row> events;
+    private final int maxBytes, maxKeys;
+    private final Catalogue catalogue;
+    private final long windowMs;
+    private final ItemEventParser p = new ItemEventParser();
+    private Iterator<Row> done = Collections.emptyIterator();
+
+    Summer(Iterator<Row> events, int maxBytes, Catalogue catalogue, long windowMs, int maxKeys) {
+      this.events = events;
+      this.maxBytes = maxBytes;
+      this.catalogue = catalogue;
+      this.windowMs = windowMs;
+      this.maxKeys = maxKeys;
     }
+
+    @Override
+    public boolean hasNext() {
+      while (!done.hasNext() && events.hasNext()) {
+        done = sumSome();
+      }
+      return done.hasNext();
+    }
+
+    @Override
+    public Row next() {
+      if (!hasNext()) {
+        throw new NoSuchElementException();
+      }
+      return done.next();
+    }
+
+    /** The totals of the next events, until the maps hold maxKeys keys or the events end. */
+    private Iterator<Row> sumSome() {
+      Map<StoreSku, long[]> stock = new HashMap<>(); // on_hand, updated_at
+      Map<Window, Sold> sales = new HashMap<>();
+      long pending = 0;
+      while (events.hasNext() && stock.size() + sales.size() < maxKeys) {
+        Row event = events.next();
+        byte[] key = event.isNullAt(0) ? null : (byte[]) event.get(0);
+        byte[] value = event.isNullAt(1) ? null : (byte[]) event.get(1);
+        int verdict = p.parse(key, value, maxBytes);
+        if (verdict == ItemEventParser.NOT_PLAIN) {
+          pending++;
+          continue;
+        }
+        if (verdict != ItemEventParser.VALID) {
+          continue;
+        }
+        boolean sale = p.kind.equals("sale");
+        long[] item = stock.computeIfAbsent(
+            new StoreSku(p.storeId, p.sku), k -> new long[] {0, Long.MIN_VALUE});
+        item[0] += sale ? -p.quantity : p.quantity;
+        item[1] = Math.max(item[1], p.ts);
+        if (sale) {
+          Window window = new Window(catalogue.at(p.sku, p.ts), p.ts - p.ts % windowMs);
+          Sold sold = sales.computeIfAbsent(window, w -> new Sold());
+          sold.units += p.quantity;
+          sold.revenue += (double) p.quantity * p.unitPrice;
+        }
+      }
+      return rows(stock, sales, pending).iterator();
+    }
+  }
+
+  private static List<Row> rows(Map<StoreSku, long[]> stock, Map<Window, Sold> sales,
+      long pending) {
     List<Row> rows = new ArrayList<>(stock.size() + sales.size() + 1);
     for (Map.Entry<StoreSku, long[]> entry : stock.entrySet()) {
       StoreSku item = entry.getKey();
@@ -178,6 +231,6 @@ public final class StoreTotals {
     if (pending > 0) {
       rows.add(RowFactory.create(null, null, null, null, null, null, null, null, pending, 0));
     }
-    return rows.iterator();
+    return rows;
   }
 }
