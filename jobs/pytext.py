@@ -57,10 +57,10 @@ def sigma_context(ch: str) -> tuple[bool, bool]:
 
 def _bitset(bits: bytearray) -> bytes:
     words = len(bits) // 8
-    return struct.pack(">i", words) + bytes(reversed_words(bits))
+    return struct.pack(">i", words) + bytes(_big_endian_longs(bits))
 
 
-def reversed_words(bits: bytearray) -> bytearray:
+def _big_endian_longs(bits: bytearray) -> bytearray:
     """``bits`` (little-endian bit order, 8 bytes per long) as big-endian longs."""
     out = bytearray(len(bits))
     for at in range(0, len(bits), 8):

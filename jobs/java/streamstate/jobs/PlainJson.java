@@ -11,7 +11,8 @@ import java.util.Arrays;
 abstract class PlainJson {
   /** Verdicts of a parse. */
   static final int VALID = 0, INVALID = 1, NOT_PLAIN = 2;
-  static final int UNKNOWN = -1;
+  /** What {@link #fieldName} gives for a name not in its list, and for no plain name. */
+  static final int UNKNOWN = -1, NOT_A_NAME = -2;
 
   protected byte[] in;
   protected int at;
@@ -32,21 +33,21 @@ abstract class PlainJson {
     return out;
   }
 
-  /** The index in {@code names} of the member name at hand, or UNKNOWN; -2 if not plain. */
+  /** The index in {@code names} of the member name at hand, UNKNOWN, or NOT_A_NAME. */
   protected int fieldName(byte[][] names) {
     if (!take('"')) {
-      return -2;
+      return NOT_A_NAME;
     }
     int start = at;
     while (at < in.length && in[at] != '"') {
       byte b = in[at];
       if (b < 0x20 || b > 0x7e || b == '\\') {
-        return -2;
+        return NOT_A_NAME;
       }
       at++;
     }
     if (at == in.length) {
-      return -2;
+      return NOT_A_NAME;
     }
     int length = at - start;
     at++;

@@ -85,7 +85,7 @@ public final class PlainProduct implements UDF3<byte[], byte[], Integer, Row> {
     @Override
     protected boolean member() {
       int field = fieldName(NAMES);
-      if (field == -2) {
+      if (field == NOT_A_NAME) {
         return false;
       }
       skipSpace();

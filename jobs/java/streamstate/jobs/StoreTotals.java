@@ -55,42 +55,42 @@ public final class StoreTotals {
   /** The catalogue versions of each SKU, sorted by the time they begin to hold. */
   static final class Catalogue implements Serializable {
     private static final long serialVersionUID = 1L;
-    private final Map<String, long[]> since = new HashMap<>();
-    private final Map<String, long[]> until = new HashMap<>();
-    private final Map<String, String[]> category = new HashMap<>();
+    private final Map<String, Spans> bySku = new HashMap<>();
     private final String unknown;
+
+    /** One SKU's versions: when each begins and ends to hold, and its category. */
+    private record Spans(long[] since, long[] until, String[] category) implements Serializable {}
 
     /** {@code spans}: rows of (sku, since, until, category), category null for a deletion. */
     Catalogue(List<Row> spans, String unknown) {
       this.unknown = unknown;
-      Map<String, List<Row>> bySku = new HashMap<>();
+      Map<String, List<Row>> rowsBySku = new HashMap<>();
       for (Row span : spans) {
-        bySku.computeIfAbsent(span.getString(0), sku -> new ArrayList<>()).add(span);
+        rowsBySku.computeIfAbsent(span.getString(0), sku -> new ArrayList<>()).add(span);
       }
       Comparator<Row> order = Comparator.<Row>comparingLong(r -> r.getLong(1))
           .thenComparingLong(r -> r.getLong(2));
-      for (Map.Entry<String, List<Row>> entry : bySku.entrySet()) {
+      for (Map.Entry<String, List<Row>> entry : rowsBySku.entrySet()) {
         List<Row> rows = entry.getValue();
         rows.sort(order);
-        long[] from = new long[rows.size()], to = new long[rows.size()];
-        String[] names = new String[rows.size()];
+        Spans versions = new Spans(
+            new long[rows.size()], new long[rows.size()], new String[rows.size()]);
         for (int i = 0; i < rows.size(); i++) {
-          from[i] = rows.get(i).getLong(1);
-          to[i] = rows.get(i).getLong(2);
-          names[i] = rows.get(i).getString(3);
+          versions.since()[i] = rows.get(i).getLong(1);
+          versions.until()[i] = rows.get(i).getLong(2);
+          versions.category()[i] = rows.get(i).getString(3);
         }
-        since.put(entry.getKey(), from);
-        until.put(entry.getKey(), to);
-        category.put(entry.getKey(), names);
+        bySku.put(entry.getKey(), versions);
       }
     }
 
     /** The category of {@code sku} at {@code ts}: of the version whose span holds it. */
     String at(String sku, long ts) {
-      long[] from = since.get(sku);
-      if (from == null) {
+      Spans versions = bySku.get(sku);
+      if (versions == null) {
         return unknown;
       }
+      long[] from = versions.since();
       int low = 0, high = from.length - 1, found = -1;
       while (low <= high) { // the last span that begins at or before ts
         int mid = (low + high) >>> 1;
@@ -101,10 +101,10 @@ public final class StoreTotals {
           high = mid - 1;
         }
       }
-      if (found < 0 || ts >= until.get(sku)[found]) {
+      if (found < 0 || ts >= versions.until()[found]) {
         return unknown;
       }
-      String name = category.get(sku)[found];
+      String name = versions.category()[found];
       return name == null ? unknown : name;
     }
   }
