@@ -17,19 +17,15 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-import faust
 import orjson
-from faust import StreamT
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, ValidationError
 
-from agents.dlq import DeadLetters
-from agents.raw import raw_topic
 from app.models import Correction
 from app.semantics import HOUR_MS, InvalidEvent, parse_record
-from app.settings import Settings
-from app.topics import CORRECTIONS, topic_specs
-from tables.batch import BatchProcessor
-from tables.definitions import INVENTORY, SALES_BY_CATEGORY, SALES_WINDOW_S, WORD_COUNTS, Tables
+from app.topics import CORRECTIONS, dlq_topic
+from tables.definitions import INVENTORY, SALES_BY_CATEGORY, WORD_COUNTS
+from tables.pipeline import Batch, Pipeline, TableSpec
+from tables.windows import window_key as sales_window_key
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +64,6 @@ def parse_window_key(key: str) -> tuple[str, int]:
     return category, int(start)
 
 
-def faust_window(start_ms: int) -> tuple[float, float]:
-    """The window range faust keys a tumbling hour by (``end = start + size - 0.1``)."""
-    start = float(start_ms // 1000)
-    return (start, start + SALES_WINDOW_S - 0.1)
-
-
 def _value(table: str, key: str, value: Any) -> Any:
     """The table value of a correction, validated; None deletes the key."""
     if value is None:
@@ -94,17 +84,18 @@ def _value(table: str, key: str, value: Any) -> Any:
         raise InvalidEvent(f"value{'.' + field if field else ''}: {first['msg']}") from None
 
 
-def plan(raw_key: bytes | None, raw_value: bytes | None) -> tuple[str, Any, Any, bool, Any]:
-    """Check one ``corrections`` record: (table, table key, value, has expected, expected).
+def plan(raw_key: bytes | None, raw_value: bytes | None) -> tuple[str, bytes, Any, bool, Any]:
+    """Check one ``corrections`` record: (table, table key bytes, value, has expected,
+    expected).
 
     The record key must be the table's raw key: the word, the store_id, or the category.
     """
     correction = parse_record(Correction, raw_value)
     table, key = correction.table, correction.key
-    table_key: Any
+    table_key: bytes
     if table == SALES_BY_CATEGORY:
         category, start_ms = parse_window_key(key)
-        partition_key, table_key = category, (category, faust_window(start_ms))
+        partition_key, table_key = category, sales_window_key(category, start_ms)
     elif table in (WORD_COUNTS, INVENTORY):
         partition_key, table_key = key, key.encode("utf-8")
     else:
@@ -117,49 +108,34 @@ def plan(raw_key: bytes | None, raw_value: bytes | None) -> tuple[str, Any, Any,
     return table, table_key, value, "expected" in document, document.get("expected")
 
 
-def _targets(tables: Tables) -> dict[str, Any]:
-    return {
-        WORD_COUNTS: tables.word_counts,
-        INVENTORY: tables.inventory,
-        # Windows are written by their (key, (start, end)) on the underlying table.
-        SALES_BY_CATEGORY: tables.sales_by_category.table,
-    }
+def apply_corrections(batch: Batch) -> None:
+    """Set (or delete) each corrected key, unless it changed since the job's cut."""
+    for record in batch.of(CORRECTIONS):
+        try:
+            name, key, value, has_expected, expected = plan(record.key, record.value)
+        except InvalidEvent as error:
+            batch.dead_letter(record, error.reason)
+            continue
+        table = batch.table(name)
+        if has_expected and table.get(key) != expected:
+            reason = f"stale: {name} {key.decode('utf-8', 'replace')!r} changed since the batch cut"
+            batch.dead_letter(record, reason)
+            continue
+        if value is None:
+            table.delete(key)
+        else:
+            table.put(key, value)
+        logger.info("correction applied to %s %r", name, key)
 
 
-def register(
-    app: faust.App, settings: Settings, tables: Tables, processor: BatchProcessor
-) -> DeadLetters:
-    """Declare the corrections agent; return its dead-letter sender."""
-    spec = next(
-        s
-        for s in topic_specs(settings.topic_partitions, settings.source_retention_ms)
-        if s.name == CORRECTIONS
-    )
-    source = raw_topic(app, spec)
-    dlq = DeadLetters(app, [CORRECTIONS], settings.topic_partitions, settings.source_retention_ms)
-    targets = _targets(tables)
-
-    @app.agent(source, name="corrections.apply")
-    async def apply_corrections(stream: StreamT[bytes]) -> None:
-        async for event in stream.events():
-            try:
-                name, key, value, has_expected, expected = plan(event.key, event.value)
-            except InvalidEvent as error:
-                await dlq.send(event, error.reason)
-                continue
-            table = targets[name]
-            # A batched agent's read-modify-write of this partition must not straddle it.
-            async with processor.lock(table, event.message.partition):
-                current = table.data.get(key) if key in table else None
-                if has_expected and current != expected:
-                    reason = f"stale: {name} {key!r} changed since the batch cut"
-                    await dlq.send(event, reason)
-                    continue
-                if value is None:
-                    if key in table:
-                        del table[key]
-                else:
-                    table[key] = value
-            logger.info("correction applied to %s %r", name, key)
-
-    return dlq
+PIPELINE = Pipeline(
+    name="corrections.apply",
+    reads=(CORRECTIONS,),
+    writes=(
+        TableSpec(WORD_COUNTS),
+        TableSpec(INVENTORY),
+        TableSpec(SALES_BY_CATEGORY, ordered=True),
+    ),
+    produces=(dlq_topic(CORRECTIONS),),
+    process=apply_corrections,
+)

@@ -1,110 +1,92 @@
 """inventory and the sales feed: item-events keyed by store_id.
 
 Each valid event updates the store's stock; each sale is enriched with its product's
-category (as of the sale's event time) and re-keyed by category for sales_by_category.
-The agent works per fetched batch of one source partition (``tables/batch.py``): each
-store's value is read once, every event of the batch applied to it in offset order, and
-written once.
+category as of the sale's event time. A batch reads each store once, applies its events
+in offset order and writes the store once; it sums its sales per (category, hour) and
+sends one record per sum, keyed by category, to the sales repartition topic, where
+``sales.count`` adds them into ``sales_by_category``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, Protocol
 
-import faust
 import orjson
 
-from agents.dlq import DeadLetters
 from app.semantics import (
     InvalidEvent,
     apply_inventory,
     check_key,
     parse_item_event,
     sale_revenue,
+    window_start,
 )
-from app.settings import Settings
-from tables.batch import BatchProcessor, Output, PartitionBatch, decode_value, encode_value, read
-from tables.catalog import ProductCatalog
+from app.topics import ITEM_EVENTS, dlq_topic
+from tables.definitions import INVENTORY
+from tables.pipeline import Batch, Pipeline, TableSpec
 
 SALES_REPARTITION_TOPIC = "streamstate-sales_by_category-repartition"
 
 
-def inventory_batch(
-    tp: Any,
-    events: list[Any],
-    settings: Settings,
-    inventory: Any,
-    catalog: ProductCatalog,
-    dlq: DeadLetters,
-) -> PartitionBatch:
+class Catalogue(Protocol):
+    def category_at(self, sku: str, at_ms: int) -> str: ...
+
+
+def sale_sums(category: str, start_ms: int, units: int, revenue: float, sales: int) -> bytes:
+    """The value of one sales repartition record: a batch's sales of one (category, hour)."""
+    return orjson.dumps(
+        {"window_start": start_ms, "units": units, "revenue": revenue, "sales": sales}
+    )
+
+
+def apply_store_events(batch: Batch, *, catalogue: Catalogue, max_bytes: int) -> None:
     """One partition's store events -> each store's new stock, written once, and the
-    batch's sales re-keyed by category (dead letters for the invalid events)."""
-    batch = PartitionBatch(tp, max(event.message.offset for event in events))
+    batch's sales summed per (category, hour) (dead letters for the invalid events)."""
+    table = batch.table(INVENTORY)
     stores: dict[bytes, Any] = {}
-    for event in events:
+    sums: dict[tuple[str, int], list[Any]] = {}
+    for record in batch.of(ITEM_EVENTS):
         try:
-            item = parse_item_event(event.value, settings.max_event_bytes)
-            check_key(event.key, item.store_id, "store_id")
+            item = parse_item_event(record.value, max_bytes)
+            check_key(record.key, item.store_id, "store_id")
         except InvalidEvent as error:
-            batch.send(dlq.record(event, error.reason))
+            batch.dead_letter(record, error.reason)
             continue
         key = item.store_id.encode("utf-8")
         if key not in stores:
-            current = read(inventory, tp.partition, key)
-            stores[key] = None if current is None else decode_value(inventory, current)
+            stores[key] = table.get(key)
         stores[key] = apply_inventory(stores[key], item)
         if item.kind == "sale":
-            sale = {
-                "units": item.quantity,
-                "revenue": sale_revenue(item),
-                "ts": item.ts,
-                "event_id": item.event_id,
-            }
-            category = catalog.category_at(item.sku, item.ts)
-            # The record timestamp is the sale's event time: the windowed table assigns
-            # windows from it.
-            batch.send(
-                Output(
-                    SALES_REPARTITION_TOPIC,
-                    category.encode("utf-8"),
-                    orjson.dumps(sale),
-                    timestamp_ms=item.ts,
-                )
-            )
+            where = (catalogue.category_at(item.sku, item.ts), window_start(item.ts))
+            total = sums.get(where)
+            if total is None:
+                sums[where] = [item.quantity, sale_revenue(item), 1]
+            else:
+                total[0] += item.quantity
+                total[1] += sale_revenue(item)
+                total[2] += 1
     for key, state in stores.items():
-        batch.set(inventory, key, encode_value(inventory, state))
-    return batch
+        table.put(key, state)
+    for (category, start), (units, revenue, sales) in sums.items():
+        # The record timestamp is the window's start: the hour it is counted in.
+        batch.send(
+            SALES_REPARTITION_TOPIC,
+            category.encode("utf-8"),
+            sale_sums(category, start, units, revenue, sales),
+            timestamp_ms=start,
+        )
 
 
-def register(
-    app: faust.App,
-    settings: Settings,
-    source: Any,
-    inventory: Any,
-    catalog: ProductCatalog,
-    dlq: DeadLetters,
-    processor: BatchProcessor,
-) -> Any:
-    """Declare the inventory agent; return the sales-by-category repartition topic."""
-    sales_by_category = app.topic(
-        SALES_REPARTITION_TOPIC,
-        key_type=bytes,
-        key_serializer="raw",
-        value_serializer="json",
-        partitions=settings.topic_partitions,
-        internal=True,
+def pipeline(catalogue: Catalogue, max_bytes: int) -> Pipeline:
+    process: Callable[[Batch], None] = functools.partial(
+        apply_store_events, catalogue=catalogue, max_bytes=max_bytes
     )
-    processor.gate_topic(source, contiguous=True)
-    size, within = settings.batch_max_events, settings.batch_within_s
-
-    @app.agent(source, name="inventory.apply_store_events")
-    async def apply_store_events(stream: Any) -> None:
-        async for events in stream.take_events(size, within):
-            await catalog.wait_caught_up()
-            await processor.run(
-                events,
-                lambda tp, group: inventory_batch(tp, group, settings, inventory, catalog, dlq),
-                [inventory],
-            )
-
-    return sales_by_category
+    return Pipeline(
+        name="inventory.apply_store_events",
+        reads=(ITEM_EVENTS,),
+        writes=(TableSpec(INVENTORY),),
+        produces=(SALES_REPARTITION_TOPIC, dlq_topic(ITEM_EVENTS)),
+        process=process,
+    )

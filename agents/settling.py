@@ -3,29 +3,26 @@
 A payment settles the sale whose ``event_id`` is its ``sale_event_id`` when its ``ts``
 lies in ``[sale.ts, sale.ts + 10 min]``. Settled pairs go to ``settled-sales``; a sale
 that nothing settled counts in ``unsettled_sales`` once event time on both topics'
-partitions of its store has passed ``sale.ts + 10 min``. The join is tables/join.py's.
+partitions of its store has passed ``sale.ts + 10 min``. The join is tables/join.py's,
+its buffers three tables of the same partition.
 
-One agent consumes both topics, so both sides of a partition meet in one stream and every
-table write for a store lands in that store's partition.
+Both topics are co-partitioned by store, so one batch holds a partition of each, and
+every table write for a store lands in that store's partition. A batch applies its
+records, expires the buffers once, and writes each store's unsettled count once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 from typing import Any
 
-import faust
 import orjson
-from faust import StreamT
 
-from agents.dlq import DeadLetters
 from app.semantics import InvalidEvent, check_key, parse_item_event, parse_payment
-from app.settings import Settings
-from app.topics import ITEM_EVENTS, PAYMENTS, SETTLED_SALES
-from tables.batch import APPLIED_TABLE, BatchProcessor
-from tables.exactly_once import ExactlyOnceState
-from tables.join import LEFT, RIGHT, JoinResult, JoinWindow, StreamJoin
-from tables.restore import TrackedRecovery
+from app.topics import ITEM_EVENTS, PAYMENTS, SETTLED_SALES, dlq_topic
+from tables.definitions import UNSETTLED_SALES
+from tables.join import LEFT, RIGHT, JoinResult, JoinWindow, PartitionJoin
+from tables.pipeline import Batch, Pipeline, TableSpec
 
 #: A payment settles a sale when it is at most this long after the sale (inclusive).
 SETTLE_WINDOW_MS = 10 * 60 * 1000
@@ -41,118 +38,78 @@ SETTLE_WINDOW = JoinWindow(
     right_grace_ms=0,
 )
 JOIN_NAME = "settling"
-
-
-def register(
-    app: faust.App,
-    settings: Settings,
-    unsettled_sales: Any,
-    dlq: DeadLetters,
-    processor: BatchProcessor,
-) -> StreamJoin:
-    """Declare the settling agent; return its join (whose tables hold the buffers)."""
-    both = app.topic(
-        ITEM_EVENTS,
-        PAYMENTS,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=settings.topic_partitions,
-    )
-    settled = app.topic(
-        SETTLED_SALES,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=settings.topic_partitions,
-    )
-    state = ExactlyOnceState(
-        app,
-        JOIN_NAME,
-        partitions=settings.topic_partitions,
-        on_changelog_event=_restore_counter(app),
-    )
-    # item-events has one committed offset for this agent and the inventory agent's
-    # batches, which commit it: no further than this agent has gone.
-    processor.share(
-        ITEM_EVENTS,
-        state.progress,
-        partitions=settings.topic_partitions,
-        on_changelog_event=_restore_counter(app)(APPLIED_TABLE),
-    )
-    join = StreamJoin(state, JOIN_NAME, SETTLE_WINDOW, left="sales", right="payments")
-    # The counts live beside the join's buffers and are restored with them; unsettled_sales
-    # receives their absolute values, so rewriting one can never count a sale twice.
-    counts = state.table(
-        f"{JOIN_NAME}_unsettled", default=None, help="settling: unsettled sales per store"
-    )
-
-    @app.agent(both, name="settling.settle_sales")
-    async def settle_sales(stream: StreamT[bytes]) -> None:
-        async for event in stream.events():
-            if state.replayed(event):
-                continue
-            result: JoinResult | None = None
-            if event.message.topic == ITEM_EVENTS:
-                result = _on_item_event(join, event, settings)
-            else:
-                try:
-                    result = _on_payment(join, event, settings)
-                except InvalidEvent as error:
-                    await dlq.send(event, error.reason)
-            if result is not None:
-                for sale, payment in result.pairs:
-                    pair = orjson.dumps({"sale": sale, "payment": payment})
-                    state.send(settled, _store_key(sale), pair)
-                for sale in result.unmatched:
-                    store = _store_key(sale)
-                    count = int(counts.get(store) or 0) + 1
-                    counts[store] = count
-                    state.write(unsettled_sales, store, count)
-            # Every event, even one that changed nothing: how far this agent has gone
-            # bounds the offset the inventory agent's batches commit for item-events.
-            await state.commit_event(event)
-
-    return join
+SALES_BUFFER = f"{JOIN_NAME}_sales_buffer"
+PAYMENTS_BUFFER = f"{JOIN_NAME}_payments_buffer"
+WATERMARKS = f"{JOIN_NAME}_watermarks"
+#: The join's tables: buffered records with their time index, and event time per side.
+JOIN_TABLES = (SALES_BUFFER, PAYMENTS_BUFFER, WATERMARKS)
 
 
 def _store_key(record: dict[str, Any]) -> bytes:
     return str(record["store_id"]).encode("utf-8")
 
 
-def _on_item_event(join: StreamJoin, event: Any, settings: Settings) -> JoinResult | None:
-    try:
-        item = parse_item_event(event.value, settings.max_event_bytes)
-        check_key(event.key, item.store_id, "store_id")
-    except InvalidEvent:
-        # The inventory agent consumes the same records and dead-letters the invalid
-        # ones; reporting them here too would put every bad record in the DLQ twice.
-        return None
-    if item.kind != "sale":
-        # Restocks and adjustments only move the topic's event time.
-        return join.process(event, LEFT, item.ts, None)
-    sale = orjson.loads(event.value)
-    return join.process(event, LEFT, item.ts, item.event_id.encode("utf-8"), sale)
+def settle(batch: Batch, *, max_bytes: int, window: JoinWindow = SETTLE_WINDOW) -> None:
+    """One partition's item events and payments through the join."""
+    join = PartitionJoin(
+        window,
+        batch.table(SALES_BUFFER),
+        batch.table(PAYMENTS_BUFFER),
+        batch.table(WATERMARKS),
+        batch.partition,
+    )
+    result = JoinResult()
+    for record in batch.of(ITEM_EVENTS):
+        try:
+            item = parse_item_event(record.value, max_bytes)
+            check_key(record.key, item.store_id, "store_id")
+        except InvalidEvent:
+            # inventory.apply_store_events reads the same records and dead-letters the
+            # invalid ones; doing it here too would put every bad record in the DLQ twice.
+            continue
+        if item.kind != "sale":
+            # Restocks and adjustments only move the topic's event time.
+            join.process(LEFT, item.ts, record.offset, None)
+            continue
+        sale = orjson.loads(record.value or b"{}")
+        found = join.process(LEFT, item.ts, record.offset, item.event_id.encode("utf-8"), sale)
+        result.pairs.extend(found.pairs)
+        result.unmatched.extend(found.unmatched)
+    for record in batch.of(PAYMENTS):
+        try:
+            payment = parse_payment(record.value, max_bytes)
+            check_key(record.key, payment.store_id, "store_id")
+        except InvalidEvent as error:
+            batch.dead_letter(record, error.reason)
+            continue
+        value = orjson.loads(record.value or b"{}")
+        key = payment.sale_event_id.encode("utf-8")
+        found = join.process(RIGHT, payment.ts, record.offset, key, value)
+        result.pairs.extend(found.pairs)
+        result.unmatched.extend(found.unmatched)
+    result.unmatched.extend(join.expire())
+    for sale, payment_value in result.pairs:
+        pair = orjson.dumps({"sale": sale, "payment": payment_value})
+        batch.send(SETTLED_SALES, _store_key(sale), pair)
+    counts = batch.table(UNSETTLED_SALES)
+    added: dict[bytes, int] = {}
+    for sale in result.unmatched:
+        store = _store_key(sale)
+        added[store] = added.get(store, 0) + 1
+    for store, n in added.items():
+        counts.put(store, int(counts.get(store) or 0) + n)
 
 
-def _on_payment(join: StreamJoin, event: Any, settings: Settings) -> JoinResult:
-    payment = parse_payment(event.value, settings.max_event_bytes)
-    check_key(event.key, payment.store_id, "store_id")
-    value = orjson.loads(event.value)
-    return join.process(event, RIGHT, payment.ts, payment.sale_event_id.encode("utf-8"), value)
-
-
-def _restore_counter(app: faust.App) -> Callable[[str], Callable[[Any], Any]]:
-    """Count the join tables' restored changelog records like every other table's."""
-
-    def for_table(name: str) -> Callable[[Any], Any]:
-        async def on_changelog_event(event: Any) -> None:
-            recovery = getattr(app.tables, "recovery", None)
-            if isinstance(recovery, TrackedRecovery):
-                recovery.count(name, active=event.message.tp in recovery.active_tps)
-
-        return on_changelog_event
-
-    return for_table
+def pipeline(max_bytes: int) -> Pipeline:
+    return Pipeline(
+        name="settling.settle_sales",
+        reads=(ITEM_EVENTS, PAYMENTS),
+        writes=(
+            TableSpec(SALES_BUFFER, ordered=True),
+            TableSpec(PAYMENTS_BUFFER, ordered=True),
+            TableSpec(WATERMARKS),
+            TableSpec(UNSETTLED_SALES),
+        ),
+        produces=(SETTLED_SALES, dlq_topic(PAYMENTS)),
+        process=functools.partial(settle, max_bytes=max_bytes),
+    )

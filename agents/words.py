@@ -1,14 +1,10 @@
 """word_counts: text-lines -> tokens -> repartition by word -> count.
 
-Both steps work per fetched batch of one source partition. The split step keeps no
-state and reads ``text-lines`` with a consumer group of its own, outside faust's
-streams (``app/direct.py``); the count step is a faust agent with the table
-(``tables/batch.py``). The split step counts the batch's words and sends, to each
-partition of the repartition topic, one record with the counts of the words that
-partition owns (the words' murmur2 partition, as for keyed records); the count step
-adds up a batch's records per word and writes each word once to RocksDB and the
-changelog. A fetch of thousands of lines thus makes a few records per partition instead of
-one per word.
+Two pipelines. ``words.split`` reads ``text-lines``, counts each batch's words and sends,
+to each partition of the repartition topic, one record with the counts of the words that
+partition owns (the words' murmur2 partition, as for keyed records): a fetch of
+thousands of lines makes a few records per partition instead of one per word.
+``words.count`` adds up a batch's repartition records per word and writes each word once.
 
 A repartition record's value is a JSON object ``{word: count}``; a record keyed by the
 word with an integer count (the per-word format) is counted too.
@@ -18,18 +14,14 @@ from __future__ import annotations
 
 import functools
 from collections import Counter, defaultdict
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
 
-import faust
 import orjson
 
-from agents.dlq import DeadLetters
-from app.direct import DirectSource
 from app.semantics import InvalidEvent, ascii_token_counts, decode_text_line, tokenize
-from app.settings import Settings
-from app.topics import TEXT_LINES, partition_for, source_groups
-from tables.batch import BatchProcessor, Output, PartitionBatch, decode_value, encode_value, read
+from app.topics import TEXT_LINES, dlq_topic, partition_for
+from tables.definitions import WORD_COUNTS
+from tables.pipeline import Batch, Pipeline, SourceRecord, TableSpec
 
 REPARTITION_TOPIC = "streamstate-word_counts-repartition"
 
@@ -58,98 +50,74 @@ def word_partition(word: str, partitions: int) -> int:
     return partition_for(word.encode("utf-8"), partitions)
 
 
-def split_batch(
-    tp: Any, records: list[Any], settings: Settings, dlq: DeadLetters, partitions: int
-) -> PartitionBatch:
-    """One partition's lines -> per repartition partition, the counts of its words.
-
-    ``records`` are the partition's fetched records (``topic``, ``partition``,
-    ``offset``, ``key``, ``value``), in offset order."""
-    batch = PartitionBatch(tp, records[-1].offset)
+def line_counts(batch: Batch, records: Sequence[SourceRecord], max_bytes: int) -> Counter[str]:
+    """The words of the lines and how often each occurs; bad lines are dead-lettered."""
     counts: Counter[str] = Counter()
-    limit = settings.max_event_bytes
     ascii_lines = []
     for record in records:
         value = record.value
-        if value is not None and len(value) <= limit and value.isascii():
+        if value is not None and len(value) <= max_bytes and value.isascii():
             ascii_lines.append(value)
             continue
         try:
-            counts.update(tokenize(decode_text_line(value, limit)))
+            counts.update(tokenize(decode_text_line(value, max_bytes)))
         except InvalidEvent as error:
-            batch.send(dlq.record_of(record, error.reason))
+            batch.dead_letter(record, error.reason)
     for token, count in ascii_token_counts(ascii_lines).items():
         counts[token.decode()] += count
+    return counts
+
+
+def split(batch: Batch, *, partitions: int, max_bytes: int) -> None:
+    """One partition's lines -> per repartition partition, the counts of its words."""
+    records = batch.of(TEXT_LINES)
     by_partition: defaultdict[int, dict[str, int]] = defaultdict(dict)
-    for word, count in counts.items():
+    for word, count in line_counts(batch, records, max_bytes).items():
         by_partition[word_partition(word, partitions)][word] = count
     # Where the counts come from, for tracing a count back to its lines.
-    first = records[0].offset
-    origin = [("source", f"{tp.topic}:{tp.partition}:{first}-{batch.last_offset}".encode())]
+    span = f"{TEXT_LINES}:{batch.partition}:{records[0].offset}-{records[-1].offset}"
+    origin = [("source", span.encode())]
     for partition, words in sorted(by_partition.items()):
         for piece in chunks(words):
             batch.send(
-                Output(REPARTITION_TOPIC, None, orjson.dumps(piece), partition, None, origin)
+                REPARTITION_TOPIC, None, orjson.dumps(piece), partition=partition, headers=origin
             )
-    return batch
 
 
-def added_counts(events: list[Any]) -> Counter[bytes]:
+def added_counts(records: Sequence[SourceRecord]) -> Counter[bytes]:
     """The words of a batch of repartition records, each with its added count."""
     added: Counter[bytes] = Counter()
-    for event in events:
-        value = event.value
+    for record in records:
+        value = orjson.loads(record.value or b"null")
         if isinstance(value, dict):
             for word, count in value.items():
                 added[word.encode("utf-8")] += int(count)
+        elif record.key is not None:
+            added[record.key] += int(value)
         else:
-            added[event.key] += int(value)
+            raise ValueError(f"a repartition record without a key holds {value!r}")
     return added
 
 
-def count_batch(tp: Any, events: list[Any], word_counts: Any) -> PartitionBatch:
+def count(batch: Batch) -> None:
     """One partition's repartition records -> the new count of each word they name."""
-    batch = PartitionBatch(tp, max(event.message.offset for event in events))
-    for word, count in added_counts(events).items():
-        current = read(word_counts, tp.partition, word)
-        total = count + (0 if current is None else int(decode_value(word_counts, current)))
-        batch.set(word_counts, word, encode_value(word_counts, total))
-    return batch
+    table = batch.table(WORD_COUNTS)
+    for word, added in added_counts(batch.of(REPARTITION_TOPIC)).items():
+        table.put(word, (table.get(word) or 0) + added)
 
 
-def register(
-    app: faust.App,
-    settings: Settings,
-    word_counts: Any,
-    dlq: DeadLetters,
-    processor: BatchProcessor,
-) -> DirectSource:
-    """Declare the count agent on ``app``; return the split stage, a service to run with
-    the worker."""
-    partitions = settings.topic_partitions
-    by_word = app.topic(
-        REPARTITION_TOPIC,
-        key_type=bytes,
-        key_serializer="raw",
-        value_serializer="json",
-        partitions=partitions,
-        internal=True,
-    )
-    processor.gate_topic(by_word)
-    size, within = settings.batch_max_events, settings.batch_within_s
-
-    @app.agent(by_word, name="words.count_words")
-    async def count_words(stream: Any) -> None:
-        async for events in stream.take_events(size, within):
-            await processor.run(
-                events, lambda tp, group: count_batch(tp, group, word_counts), [word_counts]
-            )
-
-    return DirectSource(
-        app=app,
-        settings=settings,
-        topic=TEXT_LINES,
-        group=source_groups(app.conf.id)[TEXT_LINES],
-        name="words.split_lines",
-        build=lambda tp, records: split_batch(tp, records, settings, dlq, partitions),
-    )
+def pipelines(partitions: int, max_bytes: int) -> list[Pipeline]:
+    return [
+        Pipeline(
+            name="words.split",
+            reads=(TEXT_LINES,),
+            produces=(REPARTITION_TOPIC, dlq_topic(TEXT_LINES)),
+            process=functools.partial(split, partitions=partitions, max_bytes=max_bytes),
+        ),
+        Pipeline(
+            name="words.count",
+            reads=(REPARTITION_TOPIC,),
+            writes=(TableSpec(WORD_COUNTS),),
+            process=count,
+        ),
+    ]

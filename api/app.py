@@ -17,7 +17,7 @@ from api.queries import Queries
 from api.routes import health, internal, metadata, metrics, tables
 from api.routing import normalize_url
 from api.scans import Scans
-from app.metrics import AgentEventCounter, WorkerCollector
+from app.metrics import WorkerCollector
 
 
 def create_api(worker: Any) -> FastAPI:
@@ -47,7 +47,6 @@ def create_api(worker: Any) -> FastAPI:
     api.state.scans = Scans(queries)
     api.state.worker_registry = registry = CollectorRegistry(auto_describe=False)
     registry.register(WorkerCollector(worker))
-    worker.sensors.add(AgentEventCounter())
     register_handlers(api)
     api.add_middleware(LatencyMiddleware)
     for module in (health, tables, metadata, internal, metrics):

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tables.faust_adapter import broker_connected
+
 
 def consumer_connected(worker: Any) -> bool | None:
     """True if the worker's Kafka consumer holds a live broker connection, False if it
     holds none, None before the consumer has started."""
     try:
-        connections = worker.consumer._thread._consumer._client._conns
-    except AttributeError:
+        return broker_connected(worker)
+    except Exception:  # the consumer has not been created yet
         return None
-    return any(connection.connected() for connection in list(connections.values()))

@@ -17,6 +17,8 @@ import orjson
 from faust.types import TP
 
 from api.routing import QueryTable
+from tables.faust_adapter import internal_keys, partition_db, persisted_offset
+from tables.windows import key_prefix, name_prefix, parse_window_key
 
 Replica = Literal["active", "standby"]
 
@@ -45,11 +47,11 @@ class LocalCopy:
 
     def get(self, key: bytes) -> Any | None:
         raw = self.db.get(key)
-        return None if raw is None else self.table.store._decode_value(raw)
+        return None if raw is None else orjson.loads(raw)
 
     def windows(self, key: str) -> list[Window]:
         """Every retained window of ``key``, oldest first."""
-        prefix = b"[" + self.table.store._encode_key(key) + b","
+        prefix = key_prefix(key)
         found = [window for name, window in self._windowed_items(prefix) if name == key]
         return sorted(found, key=_start)
 
@@ -63,20 +65,19 @@ class LocalCopy:
         for raw_key, raw_value in self.db.items(from_key=start):
             if not raw_key.startswith(prefix):
                 break
-            if raw_key == self.table.store.offset_key or raw_key == after:
+            if raw_key in internal_keys(self.table.table) or raw_key == after:
                 continue
             if len(items) == limit:
                 return items, True
-            items.append((raw_key, self.table.store._decode_value(raw_value)))
+            items.append((raw_key, orjson.loads(raw_value)))
         return items, False
 
     def _scan_windowed(
         self, prefix: bytes, after: bytes | None, limit: int
     ) -> tuple[list[Any], bool]:
         # JSON keys sort differently from raw keys once escapes appear: collect, then sort.
-        quoted = self.table.store._encode_key(prefix.decode("utf-8"))[:-1]
         grouped: dict[bytes, list[Window]] = {}
-        for name, window in self._windowed_items(b"[" + quoted):
+        for name, window in self._windowed_items(name_prefix(prefix.decode("utf-8"))):
             raw = name.encode("utf-8")
             if raw.startswith(prefix) and (after is None or raw > after):
                 grouped.setdefault(raw, []).append(window)
@@ -89,13 +90,12 @@ class LocalCopy:
         for raw_key, raw_value in self.db.items(from_key=seek):
             if not raw_key.startswith(seek):
                 break
-            try:
-                name, (start, _end) = orjson.loads(raw_key)
-            except (orjson.JSONDecodeError, TypeError, ValueError):
+            parsed = parse_window_key(raw_key)
+            if parsed is None:
                 continue
-            start_ms = round(float(start) * 1000)
-            value = self.table.store._decode_value(raw_value)
-            yield str(name), Window(start_ms, start_ms + window_ms, value)
+            name, start_ms = parsed
+            value = orjson.loads(raw_value)
+            yield name, Window(start_ms, start_ms + window_ms, value)
 
 
 def _start(window: Window) -> int:
@@ -119,9 +119,8 @@ class LocalState:
             return None
         if not (active or standby):
             return None
-        store = table.store
         try:
-            db = store._dbs.get(partition) or store._db_for_partition(partition)
+            db = partition_db(table.table, partition)
         except Exception:  # still locked by a revoked handle during a rebalance
             return None
         if active and not self._restoring(tp):
@@ -134,8 +133,8 @@ class LocalState:
         highwater = self._highwater(tp)
         if highwater is None:
             return None
-        persisted = table.store.persisted_offset(tp)
-        last = -1 if persisted is None else int(persisted)
+        persisted = persisted_offset(table.table, tp)
+        last = -1 if persisted is None else persisted
         return max(0, highwater - 1 - last)
 
     def _restoring(self, tp: TP) -> bool:

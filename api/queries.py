@@ -263,7 +263,7 @@ class Queries:
         return Answer(200, {**meta, "windows": [w.as_dict() for w in found]})
 
     def _read_global(self, query: KeyQuery) -> Answer:
-        catalog = self.worker.pipeline.catalog
+        catalog = self.worker.wiring.catalog
         meta = self._meta(query, "global", catalog_lag(catalog, query.partition))
         value = catalog.get(query.key)
         if value is None:

@@ -36,15 +36,11 @@ class QueryTable:
     #: Window size in milliseconds, for windowed tables.
     window_ms: int | None = None
 
-    @property
-    def store(self) -> Any:
-        return self.table.data
-
 
 def query_tables(worker: Any) -> dict[str, QueryTable]:
     """Every queryable table of a worker, by name."""
     found: dict[str, QueryTable] = {}
-    for name, info in worker.pipeline.tables.infos().items():
+    for name, info in worker.wiring.tables.infos().items():
         table = info.table.table if info.kind == "windowed" else info.table
         window_ms = round(table.window.size * 1000) if info.kind == "windowed" else None
         found[name] = QueryTable(

@@ -201,7 +201,7 @@ class Scans:
     def _scan_global(
         self, table: QueryTable, prefix: str, after: str | None, limit: int
     ) -> dict[str, Any]:
-        catalog = self.queries.worker.pipeline.catalog
+        catalog = self.queries.worker.wiring.catalog
         raw_after = after.encode("utf-8") if after is not None else None
         keys = sorted(
             (sku for sku in catalog.keys() if sku.startswith(prefix)),  # noqa: SIM118

@@ -1,4 +1,5 @@
-"""The composition root: the faust app, its settings and its web layer.
+"""The composition root: the faust app, its settings, the engine and its pipelines, and
+the web layer.
 
 faust --datadir DIR -A app.main worker -l info --web-host 127.0.0.1 --web-port 6066
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -14,51 +16,55 @@ import faust
 from mode import ServiceT
 
 from agents import corrections, inventory, products, sales, settling, words
-from agents.dlq import DeadLetters
-from agents.raw import raw_topic
 from api import create_api
 from api.server import ApiServer, LegacyWebDisabled
 from app import topics
 from app.admin import ensure_topics
-from app.commits import commit_before_revoke, dedupe_acked
-from app.direct import DirectSource
-from app.fetching import seek_back_on_skip
 from app.settings import Settings
-from tables.batch import BatchProcessor
 from tables.catalog import ProductCatalog
-from tables.checkpoint import discard_if_unclean, mark_clean
 from tables.definitions import Tables, declare_tables
-from tables.transactions import stop_revoked_producers
+from tables.engine import Engine
+from tables.faust_adapter import (
+    EngineFetcher,
+    EngineService,
+    EngineTransport,
+    FaustConnector,
+    check_versions,
+    on_partitions_revoked,
+)
+from tables.pipeline import Pipeline
 
 APP_ID = "streamstate"
 
+#: Topics the pipelines send to each other: topic -> the table whose key partitions it.
+REPARTITION_TOPICS = (words.REPARTITION_TOPIC, inventory.SALES_REPARTITION_TOPIC)
+
 
 @dataclass(frozen=True)
-class Pipeline:
-    """Everything the pipelines declared on the app: what the query layer reads."""
+class Wiring:
+    """What the composition root built: what the query layer and the metrics read."""
 
     tables: Tables
     catalog: ProductCatalog
-    dead_letters: DeadLetters
-    sources: dict[str, Any]
-    processor: BatchProcessor
-    #: stages that read a source topic with a consumer group of their own
-    direct: list[DirectSource]
+    pipelines: list[Pipeline]
+    engine: Engine
+    connector: FaustConnector
 
 
 class StreamstateApp(faust.App):
-    """faust.App that also runs the FastAPI layer from the moment the worker starts."""
+    """faust.App whose records go to the engine, with the FastAPI layer running from the
+    moment the worker starts."""
 
     settings: Settings
-    pipeline: Pipeline
+    wiring: Wiring
+    #: under exactly_once the group's consumer reads committed records only
+    read_committed: bool = False
+
+    @property
+    def engine(self) -> Engine:
+        return self.wiring.engine
 
     async def on_first_start(self) -> None:
-        if not (self.producer_only or self.client_only):
-            discard_if_unclean(
-                Path(self.conf.datadir),
-                Path(self.conf.tabledir),
-                exactly_once=self.settings.processing_guarantee == "exactly_once",
-            )
         await super().on_first_start()
         if not (self.producer_only or self.client_only):
             specs = topics.topic_specs(
@@ -69,45 +75,18 @@ class StreamstateApp(faust.App):
                 self.settings.bootstrap_servers, specs, self.settings.topic_replication_factor
             )
 
-    async def _stop_consumer(self) -> None:
-        consumer: Any = self._consumer
-        if self.in_transaction and consumer is not None:
-            # Once the stop has committed and ended the transactions, faust's consumer
-            # would commit again (on its timer while the tables close, and when it
-            # stops) outside any transaction: IllegalOperation "Not in the middle of a
-            # transaction", and the stop crashes.
-            end = consumer.commit_and_end_transactions
+    def _new_transport(self) -> Any:
+        return EngineTransport(self.conf.broker_consumer, self)
 
-            async def already_ended(*args: Any, **kwargs: Any) -> bool:
-                return False
-
-            async def commit_and_end_transactions() -> None:
-                await end()
-                consumer.commit = already_ended
-                consumer.commit_and_end_transactions = already_ended
-
-            consumer.commit_and_end_transactions = commit_and_end_transactions
-        await super()._stop_consumer()
-
-    async def on_shutdown(self) -> None:
-        await super().on_shutdown()
-        if not (self.producer_only or self.client_only) and not self.crashed:
-            mark_clean(Path(self.conf.datadir))
-
-    def _new_consumer(self) -> Any:
-        consumer = super()._new_consumer()
-        seek_back_on_skip(consumer)
-        commit_before_revoke(consumer)
-        dedupe_acked(consumer)
-        stop_revoked_producers(consumer)
-        self.pipeline.processor.install_skip_watch(consumer)
-        return consumer
+    @cached_property
+    def _fetcher(self) -> Any:
+        return EngineFetcher(self, loop=self.loop, beacon=self.consumer.beacon)
 
     def on_init_dependencies(self) -> Iterable[ServiceT]:
         deps = list(super().on_init_dependencies())
         if not (self.producer_only or self.client_only):
-            deps.append(self.pipeline.catalog)
-            deps.extend(self.pipeline.direct)
+            deps.append(self.wiring.catalog)
+            deps.append(EngineService(self.wiring.engine, self.wiring.connector))
             # The worker CLI has set web_host/web_port by now; they are the canonical URL.
             deps.append(
                 ApiServer(
@@ -123,6 +102,7 @@ class StreamstateApp(faust.App):
 
 def create_app(settings: Settings) -> StreamstateApp:
     """Build the faust app from the settings."""
+    check_versions()
     options: dict[str, Any] = {
         "broker": settings.broker_url,
         "store": "rocksdb://",
@@ -130,83 +110,101 @@ def create_app(settings: Settings) -> StreamstateApp:
         "web_host": settings.web_host,
         "web_port": settings.web_port,
         "table_standby_replicas": settings.table_standby_replicas,
-        "processing_guarantee": settings.processing_guarantee,
+        # The engine runs the transactions itself under exactly_once (tables/engine.py).
+        "processing_guarantee": "at_least_once",
         "topic_partitions": settings.topic_partitions,
         "topic_replication_factor": settings.topic_replication_factor,
         "broker_session_timeout": settings.broker_session_timeout,
         "broker_heartbeat_interval": settings.broker_heartbeat_interval,
         "broker_rebalance_timeout": settings.broker_rebalance_timeout,
+        "broker_max_poll_records": settings.source_fetch_max_records,
+        "consumer_max_fetch_size": 4 * 1024 * 1024,
         "consumer_auto_offset_reset": "earliest",
         "autodiscover": False,
         "web_enabled": True,
-        "TableManager": "tables.restore:StreamstateTableManager",
+        "TableManager": "tables.faust_adapter:StreamstateTableManager",
     }
     app = StreamstateApp(APP_ID, **options)
     app.settings = settings
+    app.read_committed = settings.processing_guarantee == "exactly_once"
     app.web_server(LegacyWebDisabled)
-    app.pipeline = build_pipeline(app, settings)
+    app.wiring = build(app, settings)
     return app
 
 
 def internal_topic_specs(app: faust.App, known: set[str]) -> list[topics.TopicSpec]:
-    """The repartition and changelog topics faust would create itself.
+    """The repartition, changelog and dead-letter topics that the pipelines need.
 
     They are created before the consumer subscribes: a topic that appears after the
     first assignment is left out of it ("Ignoring missing topic"), and its records wait
     for the next rebalance.
     """
-    channels: list[Any] = [agent.channel for agent in app.agents.values()]
-    channels += [table.changelog_topic for table in app.tables.values()]
+    channels: list[Any] = [table.changelog_topic for table in app.tables.values()]
     leader: Any = app._leader_assignor
     channels.append(leader._leader_topic)
+    partitions = app.conf.topic_partitions
     specs: dict[str, topics.TopicSpec] = {}
     for channel in channels:
-        if not getattr(channel, "internal", False):
-            continue
         config = {str(k): str(v) for k, v in (channel.config or {}).items()}
         if channel.compacting:
             config["cleanup.policy"] = "compact,delete" if channel.deleting else "compact"
         if channel.retention is not None:
             config["retention.ms"] = str(int(channel.retention * 1000))
-        partitions = channel.partitions or app.conf.topic_partitions
         for name in channel.topics:
             if name not in known:
-                specs[name] = topics.TopicSpec(name, partitions, config)
+                specs[name] = topics.TopicSpec(name, channel.partitions or partitions, config)
+    retained = {"retention.ms": str(app.settings.source_retention_ms)}  # type: ignore[attr-defined]
+    for name in REPARTITION_TOPICS:
+        for topic in (name, topics.dlq_topic(name)):
+            if topic not in known:
+                specs[topic] = topics.TopicSpec(topic, partitions, dict(retained))
     return list(specs.values())
 
 
-def source_topics(app: faust.App, settings: Settings) -> dict[str, Any]:
-    """The source topics, raw bytes in and out: the agents validate every record."""
-    return {
-        spec.name: raw_topic(app, spec)
-        for spec in topics.topic_specs(settings.topic_partitions, settings.source_retention_ms)
-        if spec.name in topics.SOURCE_TOPICS
-    }
-
-
-def build_pipeline(app: StreamstateApp, settings: Settings) -> Pipeline:
-    """Declare topics, tables and agents of the reference pipelines."""
-    sources = source_topics(app, settings)
-    tables = declare_tables(app, settings)
-    dlq = DeadLetters(
-        app, list(topics.SOURCE_TOPICS), settings.topic_partitions, settings.source_retention_ms
+def source_channel(app: faust.App, name: str) -> Any:
+    """A topic the group subscribes to, raw bytes: the engine reads its records."""
+    return app.topic(
+        name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
     )
+
+
+def build(app: StreamstateApp, settings: Settings) -> Wiring:
+    """Declare the tables and the pipelines, and the engine that runs them."""
+    tables = declare_tables(app, settings, internal=settling.JOIN_TABLES)
     catalog = ProductCatalog(
         bootstrap=settings.bootstrap_servers,
         topic=topics.PRODUCTS,
         path=Path(app.conf.datadir) / "catalog" / "products",
     )
-    processor = BatchProcessor(app)
-    revoked: Any = app.on_partitions_revoked
-    revoked.connect(processor.on_revoked_signal)
-    split_lines = words.register(app, settings, tables.word_counts, dlq, processor)
-    sales_feed = inventory.register(
-        app, settings, sources[topics.ITEM_EVENTS], tables.inventory, catalog, dlq, processor
+    limit = settings.max_event_bytes
+    partitions = settings.topic_partitions
+    pipelines = [
+        *words.pipelines(partitions, limit),
+        inventory.pipeline(catalog, limit),
+        sales.pipeline(int(settings.window_retention_days * 86_400_000)),
+        settling.pipeline(limit),
+        products.pipeline(limit),
+        corrections.PIPELINE,
+    ]
+    exactly_once = settings.processing_guarantee == "exactly_once"
+    connector = FaustConnector(
+        app,
+        bootstrap=settings.bootstrap_servers,
+        exactly_once=exactly_once,
+        prepare=catalog.wait_caught_up,
     )
-    sales.register(app, settings, sales_feed, tables.sales_by_category, processor)
-    products.register(app, settings, sources[topics.PRODUCTS], dlq)
-    corrections.register(app, settings, tables, processor)
-    settling.register(app, settings, tables.unsettled_sales, dlq, processor)
+    stores = tables.stores()
+    connector.watch_tables([store.changelog_topic for store in stores.values()])
+    engine = Engine(pipelines, stores, connector, exactly_once=exactly_once)
+    # The group subscribes to every topic the engine reads.
+    for name in sorted(engine.topics):
+        app.topics.add(source_channel(app, name))
+    revoked: Any = app.on_partitions_revoked
+
+    async def on_revoked(sender: Any, revoked_tps: Any, **kwargs: Any) -> None:
+        await on_partitions_revoked(engine)
+
+    revoked.connect(on_revoked, weak=False)
 
     async def flush_standby_buffers() -> None:
         # faust buffers 1,000 standby updates per partition before writing them: without
@@ -216,15 +214,7 @@ def build_pipeline(app: StreamstateApp, settings: Settings) -> Pipeline:
             recovery.flush_buffers()
 
     app.timer(settings.standby_flush_interval, name="flush_standby_buffers")(flush_standby_buffers)
-
-    return Pipeline(
-        tables=tables,
-        catalog=catalog,
-        dead_letters=dlq,
-        sources=sources,
-        processor=processor,
-        direct=[split_lines],
-    )
+    return Wiring(tables, catalog, pipelines, engine, connector)
 
 
 settings = Settings()

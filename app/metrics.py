@@ -10,19 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import faust
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-EVENTS_PROCESSED = Counter(
-    "streamstate_events_processed",
-    "Events handed to each agent's stream.",
-    ["agent"],
-    registry=REGISTRY,
-)
 QUERY_LATENCY = Histogram(
     "streamstate_query_latency_seconds",
     "Latency of HTTP queries, by route template and the replica that answered.",
@@ -36,18 +29,6 @@ FORWARDS = Counter(
     ["purpose", "outcome"],
     registry=REGISTRY,
 )
-
-
-def count_events(agent: str, n: int = 1) -> None:
-    """Count events an agent processed outside a faust stream (batched paths)."""
-    EVENTS_PROCESSED.labels(agent=agent).inc(n)
-
-
-class AgentEventCounter(faust.Sensor):
-    """faust sensor counting the events each agent's stream delivers."""
-
-    def on_stream_event_in(self, tp: Any, offset: int, stream: Any, event: Any) -> None:
-        EVENTS_PROCESSED.labels(agent=getattr(stream, "prefix", "") or "stream").inc()
 
 
 def _safe(call: Any, default: Any = None) -> Any:
@@ -64,29 +45,62 @@ class WorkerCollector(Collector):
         self.worker = worker
 
     def collect(self) -> Iterator[Any]:
-        yield from self._consumer_lag()
+        engine = _safe(lambda: self.worker.wiring.engine)
+        if engine is not None:
+            yield from self._engine(engine)
+            yield from self._consumer_lag(engine)
         yield from self._restore()
-        yield from self._dead_letters()
 
-    def _consumer_lag(self) -> Iterator[Any]:
+    def _engine(self, engine: Any) -> Iterator[Any]:
+        figures = engine.figures
+        events = CounterMetricFamily(
+            "streamstate_events_processed",
+            "Source records each pipeline applied.",
+            labels=["agent"],
+        )
+        for name, n in sorted(figures.events.items()):
+            events.add_metric([name], n)
+        yield events
+        sent = CounterMetricFamily(
+            "streamstate_dlq_records",
+            "Records sent to a dead-letter topic, by source topic.",
+            labels=["source"],
+        )
+        for source, n in sorted(figures.dead_letters.items()):
+            sent.add_metric([source], n)
+        yield sent
+        failed = CounterMetricFamily(
+            "streamstate_failed_records",
+            "Records whose processing raised (dead-lettered with the exception), by pipeline.",
+            labels=["agent"],
+        )
+        for name, n in sorted(figures.failed_records.items()):
+            failed.add_metric([name], n)
+        yield failed
+        yield CounterMetricFamily(
+            "streamstate_batch_cycles", "Batch cycles the engine completed.", value=figures.cycles
+        )
+        yield CounterMetricFamily(
+            "streamstate_batch_cycle_seconds",
+            "Time spent in batch cycles, all together.",
+            value=figures.cycle_seconds,
+        )
+
+    def _consumer_lag(self, engine: Any) -> Iterator[Any]:
         lag = GaugeMetricFamily(
             "streamstate_consumer_lag",
-            "Records between the end of an assigned source partition and the committed offset.",
+            "Records between the end of an assigned source partition and its task's "
+            "checkpoint (the next offset to apply).",
             labels=["topic", "partition"],
         )
         consumer = _safe(lambda: self.worker.consumer)
-        for tp in sorted(_safe(lambda: consumer.assignment(), set()) or set()):
-            if tp.topic.endswith("-changelog"):
-                continue  # restore and standby progress are reported on their own
+        highwaters = {}
+        for tp in _safe(lambda: consumer.assignment(), set()) or set():
             highwater = _safe(lambda tp=tp: consumer.highwater(tp))
-            committed = _safe(lambda tp=tp: consumer._committed_offset.get(tp))
-            if highwater is None or highwater < 0:
-                continue
-            lag.add_metric([tp.topic, str(tp.partition)], max(0, highwater - (committed or 0)))
-        pipeline = getattr(self.worker, "pipeline", None)
-        for source in getattr(pipeline, "direct", ()):
-            for tp, behind in sorted(_safe(source.lag, {}).items()):
-                lag.add_metric([tp.topic, str(tp.partition)], behind)
+            if highwater is not None and highwater >= 0:
+                highwaters[(tp.topic, tp.partition)] = highwater
+        for tp, behind in sorted(engine.lag(highwaters).items()):
+            lag.add_metric([tp.topic, str(tp.partition)], behind)
         yield lag
 
     def _restore(self) -> Iterator[Any]:
@@ -131,15 +145,3 @@ class WorkerCollector(Collector):
             "Changelog records applied to standby partitions.",
             value=stats.standby_records,
         )
-
-    def _dead_letters(self) -> Iterator[Any]:
-        sent = CounterMetricFamily(
-            "streamstate_dlq_records",
-            "Records sent to a dead-letter topic, by source topic.",
-            labels=["source"],
-        )
-        pipeline = getattr(self.worker, "pipeline", None)
-        dead_letters = getattr(pipeline, "dead_letters", None)
-        for source, n in sorted(getattr(dead_letters, "sent", {}).items()):
-            sent.add_metric([source], n)
-        yield sent

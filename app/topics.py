@@ -21,16 +21,6 @@ CORRECTIONS = "corrections"
 
 SOURCE_TOPICS = (TEXT_LINES, ITEM_EVENTS, PRODUCTS, PAYMENTS)
 
-#: Source topics read by a stage with a consumer group of its own (``app/direct.py``)
-#: instead of faust's group: topic -> the stage's name in its group's name.
-DIRECT_STAGES = {TEXT_LINES: "split-lines"}
-
-
-def source_groups(app_id: str) -> dict[str, str]:
-    """The consumer group that commits each directly read source topic of app ``app_id``
-    (the other source topics are committed by the app's own group, ``app_id``)."""
-    return {topic: f"{app_id}-{stage}" for topic, stage in DIRECT_STAGES.items()}
-
 
 def partition_for(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner gives ``key`` (murmur2, like Java)."""

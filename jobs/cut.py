@@ -8,16 +8,14 @@ quiet moment: the source and changelog end offsets unchanged across the sampling
 record of any topic the consumer group reads that the group has not committed. If that
 moment never comes (a busy pipeline), the cut is taken anyway and reported unsettled.
 A group with no member (no worker running) cannot catch up, so the cut does not wait
-for it. A source topic that a stage of the workers reads with a consumer group of its own
-(``topic_groups``: the word count's split) counts as read as far as that group has
-committed.
+for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -65,13 +63,9 @@ def _group(offsets: dict[TopicPartition, int]) -> Offsets:
 class OffsetReader:
     """End offsets, log-start offsets and a consumer group's progress, over one consumer."""
 
-    def __init__(
-        self, bootstrap: str, group: str, topic_groups: Mapping[str, str] | None = None
-    ) -> None:
+    def __init__(self, bootstrap: str, group: str) -> None:
         self.bootstrap = bootstrap
         self.group = group
-        #: topics committed by another group than ``group``: topic -> that group
-        self.topic_groups = dict(topic_groups or {})
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap,
             group_id=None,
@@ -130,17 +124,10 @@ class OffsetReader:
         return await request()
 
     async def committed(self) -> dict[TopicPartition, int]:
-        """The committed offsets of the group, and of ``topic_groups`` for their topics."""
-        found = await self._committed(self.group)
-        found = {tp: o for tp, o in found.items() if tp.topic not in self.topic_groups}
-        for topic, group in sorted(self.topic_groups.items()):
-            found.update(
-                {tp: o for tp, o in (await self._committed(group)).items() if tp.topic == topic}
-            )
-        return found
-
-    async def _committed(self, group: str) -> dict[TopicPartition, int]:
-        answer = await self._coordinated(lambda: self._admin.list_consumer_group_offsets(group))
+        """The committed offsets of the group."""
+        answer = await self._coordinated(
+            lambda: self._admin.list_consumer_group_offsets(self.group)
+        )
         return {tp: meta.offset for tp, meta in answer.items() if meta.offset >= 0}
 
     async def members(self) -> int | None:
@@ -220,11 +207,9 @@ async def take_cut(
     internal_topics: list[str],
     group: str,
     settle_s: float,
-    topic_groups: Mapping[str, str] | None = None,
 ) -> Cut:
-    """Sample the end offsets until the group (and ``topic_groups``, each for its topic)
-    has caught up with them, or ``settle_s``."""
-    async with OffsetReader(bootstrap, group, topic_groups) as reader:
+    """Sample the end offsets until the group has caught up with them, or ``settle_s``."""
+    async with OffsetReader(bootstrap, group) as reader:
         sources = await reader.partitions(source_topics)
         changelogs = await reader.partitions(changelog_topics)
         internal = await reader.partitions(await reader.internal_topics(group, internal_topics))

@@ -24,7 +24,6 @@ if __package__ in (None, ""):  # run as a file, e.g. by spark-submit
 
 from pyspark.sql import functions as sf
 
-from app.topics import source_groups
 from jobs import compare, transforms
 from jobs import io as kio
 from jobs.cut import Cut, take_cut
@@ -82,7 +81,6 @@ def _take_cut(options: Options) -> Cut:
                 [kio.CORRECTIONS_TOPIC],
                 options.app_id,
                 options.settle_s,
-                topic_groups=source_groups(options.app_id),
             ),
             timeout=options.settle_s + 120,
         )

@@ -1,11 +1,12 @@
 """The tables of the pipelines, declared on a faust app.
 
 Every table lives in RocksDB (rocksdict) with a compacted changelog topic
-``streamstate-<table>-changelog`` and ``TABLE_STANDBY_REPLICAS`` standbys. Plain tables
-use ``key_type=bytes`` so that their changelog keys are the raw UTF-8 bytes of the source
-topics' keys: faust's router hashes changelog keys, and only equal bytes route a key to
-the worker that holds it. Windowed tables cannot use raw keys; their changelog keys are
-JSON ``[key, [start, end]]``.
+``streamstate-<table>-changelog`` and ``TABLE_STANDBY_REPLICAS`` standbys. The engine
+writes every table (``tables/engine.py``); faust restores them and keeps the standbys.
+Plain tables are keyed by the raw UTF-8 bytes of the source topics' keys, so a key's
+changelog partition is the murmur2 partition of its source records. The windowed table's
+keys are JSON ``[key, [start, end]]`` (``tables/windows.py``); its records are
+partitioned by the raw key.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any, Literal
 import faust
 
 from app.settings import Settings
-from tables.restore import TrackedRecovery
+from tables.faust_adapter import FaustTableStore, restore_counter
+from tables.windows import SALES_WINDOW_S
 
 TableKind = Literal["table", "windowed", "global"]
 
@@ -26,11 +28,6 @@ INVENTORY = "inventory"
 SALES_BY_CATEGORY = "sales_by_category"
 UNSETTLED_SALES = "unsettled_sales"
 PRODUCTS = "products"
-
-#: sales_by_category windows, in seconds (faust windows count in seconds). The windows
-#: follow event time: the sales repartition topic carries each sale's ``ts`` as its
-#: record timestamp, and the table is relative to the stream.
-SALES_WINDOW_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -45,12 +42,28 @@ class TableInfo:
 
 @dataclass(frozen=True)
 class Tables:
-    """The tables of one app."""
+    """The tables of one app: the queryable ones, and the internal state of pipelines."""
 
     word_counts: Any
     inventory: Any
     sales_by_category: Any
     unsettled_sales: Any
+    #: the pipelines' own tables (the settling join's buffers), by name
+    internal: dict[str, Any]
+
+    def all(self) -> dict[str, Any]:
+        """Every table by name (a windowed table as its underlying table)."""
+        return {
+            WORD_COUNTS: self.word_counts,
+            INVENTORY: self.inventory,
+            SALES_BY_CATEGORY: self.sales_by_category.table,
+            UNSETTLED_SALES: self.unsettled_sales,
+            **self.internal,
+        }
+
+    def stores(self) -> dict[str, FaustTableStore]:
+        """The engine's view of every table."""
+        return {name: FaustTableStore(table) for name, table in self.all().items()}
 
     def infos(self) -> dict[str, TableInfo]:
         return {
@@ -63,47 +76,41 @@ class Tables:
         }
 
 
-def _counting(app: faust.App, name: str) -> Any:
-    async def on_changelog_event(event: Any) -> None:
-        recovery = getattr(app.tables, "recovery", None)
-        if isinstance(recovery, TrackedRecovery):
-            recovery.count(name, active=event.message.tp in recovery.active_tps)
-
-    return on_changelog_event
-
-
 def _options(app: faust.App, settings: Settings, name: str) -> dict[str, Any]:
+    # Keys and values are the changelog's bytes as the engine writes them (JSON values,
+    # raw or JSON keys): faust's recovery and standbys copy them into RocksDB without
+    # decoding, so no record the engine writes can fail to restore.
     return {
+        "key_type": bytes,
+        "value_type": bytes,
+        "default": None,
         "partitions": settings.topic_partitions,
-        "on_changelog_event": _counting(app, name),
+        "on_changelog_event": restore_counter(app, name),
         "help": name,
     }
 
 
-def declare_tables(app: faust.App, settings: Settings) -> Tables:
-    """Declare the pipelines' tables on ``app``."""
-    word_counts = app.Table(
-        WORD_COUNTS,
-        key_type=bytes,
-        value_type=int,
-        default=int,
-        **_options(app, settings, WORD_COUNTS),
-    )
-    inventory = app.Table(
-        INVENTORY, key_type=bytes, default=None, **_options(app, settings, INVENTORY)
-    )
-    sales_table: Any = app.Table(
-        SALES_BY_CATEGORY, default=dict, **_options(app, settings, SALES_BY_CATEGORY)
-    )
+def declare_tables(app: faust.App, settings: Settings, internal: tuple[str, ...] = ()) -> Tables:
+    """Declare the pipelines' tables on ``app``; ``internal``: the names of the
+    pipelines' own tables (raw keys, JSON values, not queryable)."""
+    word_counts = app.Table(WORD_COUNTS, **_options(app, settings, WORD_COUNTS))
+    inventory = app.Table(INVENTORY, **_options(app, settings, INVENTORY))
+    sales_table: Any = app.Table(SALES_BY_CATEGORY, **_options(app, settings, SALES_BY_CATEGORY))
+    # Declared windowed for its changelog's retention (compact,delete, the windows'
+    # retention); the engine writes its window keys itself (tables/windows.py).
     sales = sales_table.tumbling(
         timedelta(seconds=SALES_WINDOW_S),
         expires=timedelta(days=settings.window_retention_days),
     ).relative_to_stream()
-    unsettled = app.Table(
-        UNSETTLED_SALES,
-        key_type=bytes,
-        value_type=int,
-        default=int,
-        **_options(app, settings, UNSETTLED_SALES),
-    )
-    return Tables(word_counts, inventory, sales, unsettled)
+    unsettled = app.Table(UNSETTLED_SALES, **_options(app, settings, UNSETTLED_SALES))
+    own = {
+        name: app.Table(
+            name,
+            # Expired records leave tombstones; rolling segments every 10 minutes lets
+            # the broker compact them away instead of keeping a week of history.
+            extra_topic_configs={"segment.ms": str(10 * 60 * 1000)},
+            **_options(app, settings, name),
+        )
+        for name in internal
+    }
+    return Tables(word_counts, inventory, sales, unsettled, own)

@@ -33,8 +33,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from tables.exactly_once import ExactlyOnceState
-
 Side = Literal["left", "right"]
 LEFT: Side = "left"
 RIGHT: Side = "right"
@@ -138,6 +136,10 @@ class PartitionStore(Protocol):
 
     def put(self, key: bytes, value: Any) -> None: ...
 
+    def insert(self, key: bytes, value: Any) -> None:
+        """Put a key known to be new."""
+        ...
+
     def delete(self, key: bytes) -> None: ...
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, Any]]:
@@ -190,7 +192,14 @@ class PartitionJoin:
     def process(
         self, side: Side, ts: int, offset: int, join_key: bytes | None, value: Any = None
     ) -> JoinResult:
-        """Apply one record of ``side``; a record without a join key only moves event time."""
+        """Apply one record of ``side``; a record without a join key only moves event time.
+
+        Records whose windows have closed stay buffered until :meth:`expire`, which a
+        batch calls once after its records: whether two records match depends only on
+        their own watermarks, so a record that could have been expired earlier never
+        matches a later one anyway, and the results are those of expiring after every
+        record.
+        """
         result = JoinResult()
         self._advance(side, ts)
         marks = self._marks()
@@ -200,8 +209,14 @@ class PartitionJoin:
             assert watermark is not None  # _advance has just set it
             record = Buffered(join_key, ts, watermark, seq, value)
             self._admit(side, self._match(side, record, result), marks, result)
-        self._expire(marks, result)
         return result
+
+    def expire(self) -> list[Any]:
+        """Drop every record no partner can still match; return the left records among
+        them that matched nothing."""
+        result = JoinResult()
+        self._expire(self._marks(), result)
+        return result.unmatched
 
     def buffered(self, side: Side) -> int:
         """How many records of ``side`` this partition holds."""
@@ -243,8 +258,10 @@ class PartitionJoin:
             return
         store = self.stores[side]
         key = record_key(record.join_key, record.seq)
-        store.put(key, record.to_json())
-        store.put(time_key(record.ts, record.seq), key.hex())
+        if store.get(key) is not None:
+            return  # applied before (the record was fetched again)
+        store.insert(key, record.to_json())
+        store.insert(time_key(record.ts, record.seq), key.hex())
 
     def _expired(self, side: Side, ts: int, marks: dict[Side, int | None]) -> bool:
         """Whether no partner can still match a record of ``side`` at ``ts``, and (for a
@@ -275,88 +292,3 @@ def _with_match(record: Buffered) -> Buffered:
     return Buffered(
         record.join_key, record.ts, record.watermark, record.seq, record.value, matched=True
     )
-
-
-class TablePartition:
-    """One partition of a faust RocksDB table as a PartitionStore.
-
-    Writes go through the table, inside the stream's current event, so they reach the
-    changelog partition of that event; reads and ordered scans use the partition's RocksDB
-    directly, since a faust table offers neither prefix scans nor a partition choice.
-    """
-
-    def __init__(self, table: Any, partition: int) -> None:
-        self.table = table
-        self.store: Any = table.data
-        self.db: Any = self.store._db_for_partition(partition)
-
-    def get(self, key: bytes) -> Any | None:
-        raw = self.db.get(key)
-        return None if raw is None else self.store._decode_value(raw)
-
-    def put(self, key: bytes, value: Any) -> None:
-        self.table[key] = value
-
-    def delete(self, key: bytes) -> None:
-        del self.table[key]
-
-    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, Any]]:
-        for key, raw in self.db.items(from_key=prefix):
-            if not key.startswith(prefix):
-                return
-            yield key, self.store._decode_value(raw)
-
-
-class StreamJoin:
-    """A windowed left join of two co-partitioned topics, on three changelogged tables.
-
-    Call :meth:`process` from the agent that consumes both topics, once per record of
-    either, inside the stream iteration: table writes go to the event's partition. The
-    tables belong to the agent's :class:`ExactlyOnceState`.
-    """
-
-    def __init__(
-        self,
-        state: ExactlyOnceState,
-        name: str,
-        window: JoinWindow,
-        *,
-        left: str = LEFT,
-        right: str = RIGHT,
-    ) -> None:
-        self.name = name
-        self.window = window
-
-        def table(suffix: str) -> Any:
-            return state.table(
-                f"{name}_{suffix}",
-                default=None,
-                help=f"{name} join: {suffix}",
-                # Expired records leave tombstones; rolling segments every 10 minutes lets
-                # the broker compact them away instead of keeping a week of history.
-                extra_topic_configs={"segment.ms": str(10 * 60 * 1000)},
-            )
-
-        self.left_table = table(f"{left}_buffer")
-        self.right_table = table(f"{right}_buffer")
-        self.watermark_table = table("watermarks")
-
-    def tables(self) -> list[Any]:
-        return [self.left_table, self.right_table, self.watermark_table]
-
-    def partition(self, partition: int) -> PartitionJoin:
-        """The join state of one (active) partition."""
-        return PartitionJoin(
-            self.window,
-            TablePartition(self.left_table, partition),
-            TablePartition(self.right_table, partition),
-            TablePartition(self.watermark_table, partition),
-            partition,
-        )
-
-    def process(
-        self, event: Any, side: Side, ts: int, join_key: bytes | None, value: Any = None
-    ) -> JoinResult:
-        """Apply the current stream event as a record of ``side``."""
-        message = event.message
-        return self.partition(message.partition).process(side, ts, message.offset, join_key, value)

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from api.broker import consumer_connected
 from api.deps import Worker
 from api.schemas import Readiness
+from tables.faust_adapter import recovery_progress
 
 router = APIRouter(tags=["health"])
 
@@ -22,25 +23,7 @@ async def health() -> dict[str, str]:
 
 def restore_progress(worker: Any) -> dict[str, Any]:
     """Per active changelog partition: the offset restored so far and the target."""
-    recovery = worker.tables.recovery
-    highwaters = recovery.active_highwaters
-    offsets = recovery.active_offsets
-    partitions = {}
-    for tp in sorted(recovery.active_tps):
-        target, done = highwaters.get(tp), offsets.get(tp)
-        remaining = None if target is None or done is None else max(0, target - done)
-        partitions[f"{tp.topic}:{tp.partition}"] = {
-            "offset": done,
-            "highwater": target,
-            "remaining": remaining,
-        }
-    stats = getattr(recovery, "stats", None)
-    return {
-        "partitions": partitions,
-        "remaining_total": sum(p["remaining"] or 0 for p in partitions.values()),
-        "rebalancing": bool(worker.rebalancing),
-        "restore": stats.as_dict() if stats is not None else None,
-    }
+    return recovery_progress(worker)
 
 
 @router.get(

@@ -11,7 +11,6 @@ from typing import Any
 
 import orjson
 
-from app.topics import source_groups
 from bench import data
 from bench.baselines import faust_wordcount
 from bench.config import Sizes
@@ -114,8 +113,6 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         [REPARTITION],
         lines,
         sizes.wordcount_max_s,
-        # The split stage commits text-lines in a group of its own.
-        source_groups(PROJECT_GROUP),
     )
     # Later scenarios on this cluster must not find unprocessed lines.
     asyncio.run(truncate(kafka.bootstrap, [TEXT_LINES, REPARTITION]))

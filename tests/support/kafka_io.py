@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.admin import partitions_of
+from tables.engine import POSITION_KEY
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,8 @@ def changelog_state(bootstrap: str, table: str) -> dict[bytes, Any]:
     state: dict[bytes, Any] = {}
     for record in read_topic(bootstrap, f"streamstate-{table}-changelog"):
         assert record.key is not None
+        if record.key == POSITION_KEY:
+            continue  # the engine's record of its source offsets, not a table key
         if record.value is None:
             state.pop(record.key, None)
         else:

@@ -6,10 +6,13 @@ from datetime import timedelta
 
 import orjson
 import pytest
+from faust.serializers import codecs
 from faust.windows import TumblingWindow
 
-from agents.corrections import faust_window, parse_window_key, plan, window_key
+from agents.corrections import parse_window_key, plan, window_key
 from app.semantics import HOUR_MS, InvalidEvent
+from tables.windows import window_key as table_window_key
+from tables.windows import window_range
 
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS
 
@@ -32,7 +35,12 @@ def test_window_key_must_be_a_category_and_an_hour_start(key: str) -> None:
 def test_window_range_is_the_one_faust_keys_the_hour_by() -> None:
     window = TumblingWindow(timedelta(hours=1))
     for ts in (T0, T0 + 1, T0 + HOUR_MS - 1):
-        assert faust_window(T0) == window.ranges(ts / 1000)[0]
+        assert window_range(T0) == window.ranges(ts / 1000)[0]
+
+
+def test_window_table_key_is_the_json_faust_writes() -> None:
+    window = TumblingWindow(timedelta(hours=1)).ranges(T0 / 1000)[0]
+    assert table_window_key("café", T0) == codecs.dumps("json", ["café", list(window)])
 
 
 def test_word_count_correction_is_routed_by_the_word() -> None:
@@ -43,7 +51,7 @@ def test_word_count_correction_is_routed_by_the_word() -> None:
 def test_sales_correction_is_routed_by_the_category_and_sets_one_window() -> None:
     raw = record(table="sales_by_category", key=f"dairy@{T0}", value={"units": 2, "revenue": 3})
     name, key, value, has_expected, _ = plan(b"dairy", raw)
-    assert (name, key) == ("sales_by_category", ("dairy", faust_window(T0)))
+    assert (name, key) == ("sales_by_category", table_window_key("dairy", T0))
     assert value == {"units": 2, "revenue": 3.0}
     assert has_expected is False
 

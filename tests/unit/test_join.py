@@ -37,6 +37,9 @@ class RdictStore:
     def put(self, key: bytes, value: Any) -> None:
         self.db[self.namespace + key] = orjson.dumps(value)
 
+    def insert(self, key: bytes, value: Any) -> None:
+        self.put(key, value)
+
     def delete(self, key: bytes) -> None:
         del self.db[self.namespace + key]
 
@@ -78,13 +81,16 @@ class Outcome:
     unmatched: Counter[str]
 
 
-def run(join: PartitionJoin, records: list[Rec]) -> Outcome:
+def run(join: PartitionJoin, records: list[Rec], batch: int = 1) -> Outcome:
+    """Apply ``records`` in batches of ``batch`` records, expiring after each batch."""
     outcome = Outcome(Counter(), Counter())
-    for rec in records:
+    for n, rec in enumerate(records, 1):
         key = None if rec.key is None else rec.key.encode()
         result = join.process(rec.side, rec.ts, rec.offset, key, rec.name)
         outcome.pairs.update(result.pairs)
         outcome.unmatched.update(result.unmatched)
+        if n % batch == 0 or n == len(records):
+            outcome.unmatched.update(join.expire())
     return outcome
 
 
@@ -379,3 +385,24 @@ def test_disordered_topics_give_one_result_in_any_interleaving(
     with tempfile.TemporaryDirectory() as tmp:
         outcomes = [run(open_join(Path(tmp) / str(i), window), o) for i, o in enumerate(orders)]
     assert outcomes[0] == outcomes[1] == outcomes[2]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    sales_n=st.integers(0, 25),
+    disorder=st.sampled_from([0, MIN, 30 * MIN]),
+    batch=st.integers(2, 40),
+    grace=st.sampled_from([0, 2 * MIN]),
+)
+def test_expiring_once_per_batch_gives_the_result_of_expiring_after_every_record(
+    seed: int, sales_n: int, disorder: int, batch: int, grace: int
+) -> None:
+    rng = random.Random(seed)
+    left, right = generate(rng, sales_n, disorder_ms=disorder)
+    window = JoinWindow(0, 10 * MIN, left_grace_ms=grace, right_grace_ms=grace)
+    records = interleave(left, right, rng)
+    with tempfile.TemporaryDirectory() as tmp:
+        every_record = run(open_join(Path(tmp) / "a", window), records)
+        per_batch = run(open_join(Path(tmp) / "b", window), records, batch=batch)
+    assert per_batch == every_record

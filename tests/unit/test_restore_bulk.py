@@ -8,7 +8,8 @@ from pathlib import Path
 from faust.types import TP
 from rocksdict import Options, Rdict
 
-from tables.restore import bulk_plan, write_run
+from tables.faust_adapter import write_run
+from tables.restore import bulk_plan
 
 A = TP("streamstate-word_counts-changelog", 0)
 B = TP("streamstate-word_counts-changelog", 1)

@@ -1,0 +1,456 @@
+"""The engine every pipeline runs on: fetched batches in, state, outputs and offsets out.
+
+For each source partition number ``p`` assigned to this worker there is one
+:class:`Task`. All source topics are co-partitioned, so task ``p`` reads partition ``p``
+of every source topic and owns partition ``p`` of every table. Each batch cycle of a
+task takes the records fetched for its partitions, hands each pipeline the records of
+its topics (:mod:`tables.pipeline`), and then makes the cycle take effect as one unit
+(:meth:`Task.commit`): the changelog records of every table write, the pipelines'
+output records and the next source offsets go to Kafka together (one transaction under
+``exactly_once``; produce, wait for every acknowledgement, commit under
+``at_least_once``), and only then are the writes applied to the local stores, in one
+write batch per table partition that also records the changelog offset it reaches and
+the task's position.
+
+The :class:`Checkpoint` of a task is its one record of applied offsets: the next offset
+of each source partition. It filters records fetched again after a seek, it is what the
+task commits, and the same offsets are written into every table partition the task
+writes (:data:`POSITION_KEY`), in the changelog too, so a standby knows how far its copy
+goes in terms of the source topics.
+
+A record whose processing raises goes to its topic's dead-letter topic with the
+exception in its ``error`` header, and the rest of its batch takes effect. A failure of
+Kafka or of the store stops the worker (:class:`EngineFailure`): nothing is skipped, and
+a restart resumes from the committed offsets.
+
+Nothing here imports faust or aiokafka: the worker plugs in a :class:`Connector`
+(``tables/faust_adapter.py``), and tests plug in an in-process one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+import orjson
+
+from tables.pipeline import (
+    Batch,
+    Output,
+    Pipeline,
+    SourceRecord,
+    StorePartition,
+    TableView,
+    dead_letter_record,
+)
+
+logger = logging.getLogger(__name__)
+
+#: The key under which each table partition keeps the position of the task that writes
+#: it. Not valid UTF-8, so no table key (raw UTF-8 or JSON) can be equal to it.
+POSITION_KEY = b"\xff\xffstreamstate.position"
+
+
+class TP(NamedTuple):
+    """A topic partition (equal to aiokafka's and faust's, which are named tuples too)."""
+
+    topic: str
+    partition: int
+
+
+class EngineFailure(RuntimeError):
+    """Kafka or a store failed under a batch: the worker must stop."""
+
+
+class TableStore(Protocol):
+    """One table's local store on this worker."""
+
+    name: str
+    changelog_topic: str
+
+    def partition(self, partition: int) -> StorePartition: ...
+
+    def apply(
+        self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None
+    ) -> None:
+        """Write ``changes`` (None deletes) and the changelog offset, atomically."""
+        ...
+
+
+class Delivery(Protocol):
+    """How one task's cycles reach Kafka."""
+
+    async def open(self) -> None:
+        """Before the task's first cycle (exactly_once: fences the previous owner)."""
+
+    async def send(self, outputs: Sequence[Output], offsets: Mapping[TP, int]) -> dict[TP, int]:
+        """Produce ``outputs`` and wait until Kafka holds them; under exactly_once commit
+        ``offsets`` in the same transaction. Returns the last offset written per topic
+        partition."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Connector(Protocol):
+    """What the engine needs of the consumer group and its producers."""
+
+    def ready(self, partition: int) -> bool:
+        """Whether this worker actively holds the partition's tables, restored."""
+        ...
+
+    def assigned(self, partition: int, topics: frozenset[str]) -> list[TP]:
+        """The partitions numbered ``partition`` of ``topics`` assigned to this worker."""
+        ...
+
+    def delivery(self, partition: int) -> Delivery: ...
+
+    async def committed(self, tps: Sequence[TP]) -> dict[TP, int | None]:
+        """The group's committed offsets (final: the task's delivery is open)."""
+        ...
+
+    async def seek(self, offsets: Mapping[TP, int | None]) -> None:
+        """Fetch from these offsets next (None: from the beginning)."""
+        ...
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        """at_least_once: commit the offsets of acknowledged, applied cycles."""
+        ...
+
+    async def prepare(self) -> None:
+        """Wait for what every pipeline needs before its first batch (the catalogue)."""
+        ...
+
+
+@dataclass
+class Checkpoint:
+    """One task's applied offsets: per source partition, the next offset to apply.
+
+    ``None`` for a partition with nothing committed: its first fetched record is new.
+    """
+
+    next: dict[TP, int | None] = field(default_factory=dict)
+
+    def pending(self, tp: TP, records: Sequence[SourceRecord]) -> Sequence[SourceRecord]:
+        """The records not applied yet (fetched again after a seek, a batch may repeat)."""
+        start = self.next.get(tp)
+        if start is None or not records or records[0].offset >= start:
+            return records
+        return [record for record in records if record.offset >= start]
+
+    def after(self, tp: TP, records: Sequence[SourceRecord], position: int | None) -> int:
+        """The next offset once ``records`` are applied: past the last record, or past
+        the transaction markers that follow it when the consumer's position says so."""
+        end = records[-1].offset + 1 if records else (self.next.get(tp) or 0)
+        return max(end, position or 0)
+
+    def update(self, offsets: Mapping[TP, int]) -> None:
+        self.next.update(offsets)
+
+    def position(self, topics: Iterable[str]) -> dict[str, dict[str, int]]:
+        """The offsets of the given topics, as :data:`POSITION_KEY` holds them."""
+        wanted = set(topics)
+        found: dict[str, dict[str, int]] = {}
+        for tp, offset in sorted(self.next.items()):
+            if tp.topic in wanted and offset is not None:
+                found.setdefault(tp.topic, {})[str(tp.partition)] = offset
+        return found
+
+
+@dataclass
+class Figures:
+    """What the engine has done, read by the metrics at scrape time."""
+
+    events: Counter[str] = field(default_factory=Counter)
+    dead_letters: Counter[str] = field(default_factory=Counter)
+    failed_records: Counter[str] = field(default_factory=Counter)
+    cycles: int = 0
+    cycle_seconds: float = 0.0
+
+
+class Task:
+    """Partition ``p`` of every source topic and every table, on this worker."""
+
+    def __init__(
+        self,
+        partition: int,
+        pipelines: Sequence[Pipeline],
+        tables: Mapping[str, TableStore],
+        delivery: Delivery,
+        figures: Figures,
+    ) -> None:
+        self.partition = partition
+        self.pipelines = pipelines
+        self.tables = tables
+        self.delivery = delivery
+        self.figures = figures
+        self.checkpoint = Checkpoint()
+        self.caches: dict[str, Any] = {}
+        #: table -> the source topics of the pipelines that write it
+        self.feeds: dict[str, set[str]] = {}
+        for pipeline in pipelines:
+            for spec in pipeline.writes:
+                self.feeds.setdefault(spec.name, set()).update(pipeline.reads)
+        self._ordered = {spec.name for p in pipelines for spec in p.writes if spec.ordered}
+
+    # -- one cycle --------------------------------------------------------------------
+
+    async def run(
+        self, fetched: Mapping[TP, Sequence[SourceRecord]], positions: Mapping[TP, int]
+    ) -> dict[TP, int]:
+        """Apply one fetched batch; return the offsets it moved on (what to commit)."""
+        pending = {tp: self.checkpoint.pending(tp, rs) for tp, rs in fetched.items()}
+        offsets = {
+            tp: self.checkpoint.after(tp, records, positions.get(tp))
+            for tp, records in pending.items()
+        }
+        offsets = {tp: o for tp, o in offsets.items() if o != self.checkpoint.next.get(tp)}
+        if not offsets:
+            return {}
+        records = {tp.topic: rs for tp, rs in pending.items() if rs}
+        views = {
+            name: TableView(name, store.partition(self.partition), ordered=name in self._ordered)
+            for name, store in self.tables.items()
+        }
+        outputs: list[Output] = []
+        fed: set[str] = set()
+        for pipeline in self.pipelines:
+            mine = {topic: records[topic] for topic in pipeline.reads if topic in records}
+            if mine:
+                outputs.extend(self._apply(pipeline, mine, views))
+                fed.update(spec.name for spec in pipeline.writes)
+        await self.commit(views, fed, outputs, offsets)
+        return offsets
+
+    def _apply(
+        self,
+        pipeline: Pipeline,
+        records: dict[str, Sequence[SourceRecord]],
+        views: Mapping[str, TableView],
+    ) -> list[Output]:
+        """Run the pipeline on the batch; if it raises, record by record, so that only
+        the records that raise are left out (sent to their dead-letter topics)."""
+        batch = self._batch(pipeline, records, views)
+        try:
+            pipeline.process(batch)
+        except Exception:
+            logger.warning(
+                "%s[%d]: the batch raised; applying its records one by one",
+                pipeline.name,
+                self.partition,
+                exc_info=True,
+            )
+            self.caches.pop(pipeline.name, None)
+            return self._one_by_one(pipeline, records, views)
+        self._keep(batch)
+        return batch.outputs
+
+    def _one_by_one(
+        self,
+        pipeline: Pipeline,
+        records: dict[str, Sequence[SourceRecord]],
+        views: Mapping[str, TableView],
+    ) -> list[Output]:
+        outputs: list[Output] = []
+        for topic in pipeline.reads:
+            for record in records.get(topic, ()):
+                batch = self._batch(pipeline, {topic: [record]}, views)
+                try:
+                    pipeline.process(batch)
+                except Exception as exc:
+                    self.caches.pop(pipeline.name, None)
+                    reason = f"processing failed: {type(exc).__name__}: {exc}"
+                    logger.error(
+                        "%s: %s[%d]@%d: %s",
+                        pipeline.name,
+                        record.topic,
+                        record.partition,
+                        record.offset,
+                        reason,
+                    )
+                    outputs.append(dead_letter_record(record, reason[:1000]))
+                    self.figures.dead_letters[record.topic] += 1
+                    self.figures.failed_records[pipeline.name] += 1
+                    continue
+                self._keep(batch)
+                outputs.extend(batch.outputs)
+        return outputs
+
+    def _batch(
+        self,
+        pipeline: Pipeline,
+        records: dict[str, Sequence[SourceRecord]],
+        views: Mapping[str, TableView],
+    ) -> Batch:
+        cache = self.caches.get(pipeline.name)
+        if cache is None and pipeline.cache is not None:
+            cache = self.caches[pipeline.name] = pipeline.cache()
+        tables = {spec.name: views[spec.name].child() for spec in pipeline.writes}
+        return Batch(pipeline.name, self.partition, records, tables, cache)
+
+    def _keep(self, batch: Batch) -> None:
+        for view in batch.tables.values():
+            view.merge_into_parent()
+        self.figures.events[batch.pipeline] += sum(len(rs) for rs in batch.records.values())
+        for topic, n in batch.dead_lettered.items():
+            self.figures.dead_letters[topic] += n
+
+    # -- taking effect ----------------------------------------------------------------
+
+    async def commit(
+        self,
+        views: Mapping[str, TableView],
+        fed: set[str],
+        outputs: list[Output],
+        offsets: Mapping[TP, int],
+    ) -> None:
+        """Make one cycle take effect: Kafka first (changelogs, outputs, offsets as one
+        unit), then the local stores, then the checkpoint."""
+        self.checkpoint.update(offsets)
+        changes: dict[str, dict[bytes, bytes | None]] = {}
+        for name, view in views.items():
+            if len(view) or name in fed:
+                table_changes = view.changes()
+                position = self.checkpoint.position(self.feeds.get(name, ()))
+                table_changes[POSITION_KEY] = orjson.dumps(position)
+                changes[name] = table_changes
+        records = [
+            Output(self.tables[name].changelog_topic, key, value, self.partition)
+            for name, items in changes.items()
+            for key, value in items.items()
+        ]
+        try:
+            written = await self.delivery.send([*records, *outputs], offsets)
+        except Exception as exc:
+            raise EngineFailure(
+                f"task {self.partition}: Kafka did not take the batch: {exc!r}"
+            ) from exc
+        try:
+            for name, items in changes.items():
+                store = self.tables[name]
+                offset = written.get(TP(store.changelog_topic, self.partition))
+                store.apply(self.partition, items, offset)
+        except Exception as exc:
+            raise EngineFailure(f"task {self.partition}: the store failed: {exc!r}") from exc
+
+
+class Engine:
+    """The tasks of one worker and the batch cycles that feed them."""
+
+    def __init__(
+        self,
+        pipelines: Sequence[Pipeline],
+        tables: Mapping[str, TableStore],
+        connector: Connector,
+        *,
+        exactly_once: bool,
+    ) -> None:
+        self.pipelines = list(pipelines)
+        self.tables = dict(tables)
+        self.connector = connector
+        self.exactly_once = exactly_once
+        self.topics = frozenset(topic for p in pipelines for topic in p.reads)
+        written = {spec.name for p in pipelines for spec in p.writes}
+        if missing := written - set(tables):
+            raise ValueError(f"pipelines write undeclared tables: {sorted(missing)}")
+        self.tasks: dict[int, Task] = {}
+        self.figures = Figures()
+        #: partitions whose task is being set up
+        self._starting: set[int] = set()
+        self._lock = asyncio.Lock()
+
+    async def process(
+        self, fetched: Mapping[Any, Sequence[SourceRecord]], positions: Mapping[Any, int]
+    ) -> None:
+        """One batch cycle over everything fetched; tasks in parallel.
+
+        ``positions``: the consumer's position of each assigned source partition right
+        after the fetch (past the transaction markers it skipped)."""
+        async with self._lock:
+            started = time.monotonic()
+            by_partition: dict[int, dict[TP, Sequence[SourceRecord]]] = {}
+            for raw_tp, batch in fetched.items():
+                tp = TP(raw_tp.topic, raw_tp.partition)
+                if tp.topic in self.topics and batch:
+                    by_partition.setdefault(tp.partition, {})[tp] = batch
+            moved = {TP(tp.topic, tp.partition): offset for tp, offset in positions.items()}
+            for tp, offset in moved.items():
+                task = self.tasks.get(tp.partition)
+                if task is None or tp.partition in by_partition or tp.topic not in self.topics:
+                    continue
+                known = task.checkpoint.next.get(tp)
+                if known is not None and offset > known:
+                    # Only transaction markers lay between: commit past them, so that a
+                    # caught-up partition shows no lag.
+                    by_partition.setdefault(tp.partition, {})[tp] = ()
+            runs = []
+            for partition, fetched_here in sorted(by_partition.items()):
+                task = self.tasks.get(partition)
+                if task is None:
+                    await self._start(partition, fetched_here)
+                    continue
+                runs.append(task.run(fetched_here, moved))
+            if not runs:
+                return
+            results = await asyncio.gather(*runs, return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if errors:
+                raise errors[0]
+            committed: dict[TP, int] = {}
+            for result in results:
+                assert isinstance(result, dict)
+                committed.update(result)
+            if committed and not self.exactly_once:
+                await self.connector.commit(committed)
+            self.figures.cycles += 1
+            self.figures.cycle_seconds += time.monotonic() - started
+
+    async def _start(self, partition: int, fetched: Mapping[TP, Sequence[SourceRecord]]) -> None:
+        """Set up the task of a partition this worker now holds; what was fetched for it
+        is dropped and fetched again from the committed offsets."""
+        if not self.connector.ready(partition):
+            return
+        await self.connector.prepare()
+        delivery = self.connector.delivery(partition)
+        await delivery.open()
+        tps = sorted(set(self.connector.assigned(partition, self.topics)) | set(fetched))
+        try:
+            committed = await self.connector.committed(tps)
+            await self.connector.seek(committed)
+        except Exception:
+            await delivery.close()
+            raise
+        task = Task(partition, self.pipelines, self.tables, delivery, self.figures)
+        task.checkpoint.update({tp: o for tp, o in committed.items() if o is not None})
+        for tp, offset in committed.items():
+            task.checkpoint.next.setdefault(tp, offset)
+        self.tasks[partition] = task
+        logger.info(
+            "task %d started at %s",
+            partition,
+            ", ".join(f"{tp.topic}={o}" for tp, o in sorted(committed.items())),
+        )
+
+    async def revoke(self) -> None:
+        """The group is rebalancing: finish the cycle in flight, then close every task
+        (a rebalance revokes all partitions; the tasks start again afterwards)."""
+        async with self._lock:
+            tasks, self.tasks = self.tasks, {}
+            await asyncio.gather(*(task.delivery.close() for task in tasks.values()))
+            if tasks:
+                logger.info("tasks %s closed", sorted(tasks))
+
+    def lag(self, highwaters: Mapping[Any, int]) -> dict[TP, int]:
+        """Records between each source partition's end and its task's checkpoint."""
+        lag = {}
+        for task in self.tasks.values():
+            for tp, offset in task.checkpoint.next.items():
+                end = highwaters.get(tp)
+                if end is not None:
+                    lag[tp] = max(0, end - (offset or 0))
+        return lag

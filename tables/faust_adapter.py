@@ -1,0 +1,725 @@
+"""Everything that reaches into faust-streaming or aiokafka beyond their public API.
+
+The project keeps faust for what it does well: the App and its worker CLI, the consumer
+group with its co-partitioning assignor, tables with their changelog recovery and
+standby replicas. The engine (``tables/engine.py``) replaces faust's per-record streams.
+What connects the two relies on faust's and aiokafka's internals, so it lives here and
+nowhere else, behind a version guard (:func:`check_versions`): a worker refuses to start
+on a version outside the tested range. ``tests/integration/test_adapter_contract.py``
+runs what this module relies on against the real libraries.
+
+What it does:
+
+* :class:`EngineFetcher` replaces the loop of faust's Fetcher. Records of the engine's
+  source topics go to the engine, a whole fetch at a time; changelog records go on to
+  faust's recovery and standbys one by one, as faust delivers them.
+* :class:`FaustConnector` gives the engine the group's assignment, committed offsets,
+  seeks and commits, through the consumer's own thread.
+* :class:`FaustTableStore` reads and writes a faust table's RocksDB partitions.
+* :class:`TrackedRecovery` is faust's recovery with a bulk path for long changelog
+  tails, highwaters that work for transactional changelogs, and restore figures.
+* Under ``exactly_once`` the engine owns the transactions (faust itself runs at least
+  once): the group's consumer reads ``read_committed`` (:class:`EngineTransport`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from importlib.metadata import version
+from typing import Any
+
+import faust
+from aiokafka import AIOKafkaConsumer
+from aiokafka import TopicPartition as KafkaTP
+from aiokafka.errors import CommitFailedError, ConsumerStoppedError, IllegalStateError
+from faust.tables import TableManager
+from faust.tables.recovery import Recovery
+from faust.transport.consumer import Fetcher
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from mode import Service
+from rocksdict import WriteBatch
+
+from tables.delivery import SharedDelivery, TransactionalDelivery
+from tables.engine import POSITION_KEY, TP, Delivery, Engine, EngineFailure
+from tables.restore import RestoreStats, bulk_plan
+
+logger = logging.getLogger(__name__)
+
+# -- the tested versions ---------------------------------------------------------------
+
+#: package -> (lowest tested version, first version not tested)
+TESTED = {"faust-streaming": ((0, 15, 3), (0, 15, 4)), "aiokafka": ((0, 14, 0), (0, 15, 0))}
+
+
+class UnsupportedVersion(RuntimeError):
+    """faust-streaming or aiokafka is outside the range this adapter was tested with."""
+
+
+def _parse(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def check_versions(found: Mapping[str, str] | None = None) -> None:
+    """Raise :class:`UnsupportedVersion` naming the version found and the tested range."""
+    for package, (low, high) in TESTED.items():
+        text = found[package] if found is not None else version(package)
+        if not low <= _parse(text) < high:
+            tested = f">={'.'.join(map(str, low))},<{'.'.join(map(str, high))}"
+            raise UnsupportedVersion(
+                f"{package} {text} is installed; streamstate is tested with {package}"
+                f"{tested}: install a tested version (pip install '{package}{tested}')"
+            )
+
+
+# -- the group's consumer ----------------------------------------------------------------
+
+
+class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    read_committed = False
+
+    def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
+        consumer = super()._create_worker_consumer(transport)
+        if self.read_committed:
+            # faust reads committed records only when it runs transactions itself; here
+            # the engine runs them, so faust runs at least once.
+            consumer._isolation_level = "read_committed"
+        return consumer
+
+
+class _Consumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> _ConsumerThread:
+        thread = _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+        thread.read_committed = bool(getattr(self.app, "read_committed", False))
+        return thread
+
+
+class EngineTransport(faust_aiokafka.Transport):
+    """faust's aiokafka transport whose group consumer can read ``read_committed``."""
+
+    Consumer = _Consumer
+
+
+def aiokafka_consumer(app: faust.App) -> AIOKafkaConsumer | None:
+    """The group's aiokafka consumer (it runs on the consumer's own thread)."""
+    consumer: Any = app.consumer
+    found: AIOKafkaConsumer | None = consumer._thread._consumer
+    return found
+
+
+def consumer_position(consumer: Any, tp: Any) -> int | None:
+    """An aiokafka consumer's fetch position of an assigned partition, without a
+    request (past the transaction markers it has skipped), or None when it has none."""
+    try:
+        state = consumer._subscription.subscription.assignment.state_value(tp)
+        return int(state.position) if state.has_valid_position else None
+    except (AttributeError, TypeError):
+        return None
+
+
+def _position(app: faust.App, tp: Any) -> int | None:
+    return consumer_position(aiokafka_consumer(app), tp)
+
+
+def consumer_connected(consumer: Any) -> bool | None:
+    """True if an aiokafka consumer holds a live broker connection, False if it holds
+    none, None before it has started."""
+    try:
+        client = consumer._client
+        if client._sync_task is None:  # not bootstrapped (not started, or stopped)
+            return None
+        connections = client._conns
+    except AttributeError:
+        return None
+    return any(connection.connected() for connection in list(connections.values()))
+
+
+def broker_connected(app: faust.App) -> bool | None:
+    """Whether the group's consumer holds a live broker connection (None: not started)."""
+    return consumer_connected(aiokafka_consumer(app))
+
+
+async def _in_thread(app: faust.App, fun: Any, *args: Any) -> Any:
+    consumer: Any = app.consumer
+    return await consumer._thread.call_thread(fun, *args)
+
+
+# -- the fetch loop ----------------------------------------------------------------------
+
+
+class EngineFetcher(Fetcher):
+    """faust's Fetcher with the engine's loop: whole fetches of the source topics go to
+    the engine; changelog records go on to faust's recovery and standbys."""
+
+    @Service.task
+    async def _fetcher(self) -> None:
+        try:
+            await _drain(self.app, self)
+        finally:
+            self.set_shutdown()
+
+
+async def _drain(app: Any, fetcher: Service) -> None:
+    consumer = app.consumer
+    engine: Engine = app.engine
+    callback = consumer.callback
+    cycle: asyncio.Future[None] | None = None
+    try:
+        while not (consumer.should_stop or fetcher.should_stop):
+            generation = app.consumer_generation_id
+            try:
+                records, _active = await consumer._wait_next_records(1.0)
+            except ConsumerStoppedError:
+                return
+            if not records or consumer.should_stop:
+                continue
+            sources = {}
+            for tp, batch in records.items():
+                if tp.topic in engine.topics:
+                    sources[tp] = batch
+                    continue
+                for record in batch:
+                    if not consumer.flow_active or app.consumer_generation_id != generation:
+                        break  # a rebalance seeks every changelog partition again
+                    await callback(consumer._to_message(tp, record))
+            if not sources:
+                continue
+            if app.rebalancing or app.consumer_generation_id != generation:
+                # Fetched before a rebalance: the tasks start again from the committed
+                # offsets once it is over.
+                await engine.revoke()
+                continue
+            positions = {}
+            for tp in consumer.assignment():
+                if tp.topic in engine.topics:
+                    position = _position(app, tp)
+                    if position is not None:
+                        positions[tp] = position
+            cycle = asyncio.ensure_future(engine.process(sources, positions))
+            await asyncio.shield(cycle)
+            cycle = None
+    except asyncio.CancelledError:
+        if cycle is not None:
+            # A batch cycle is never cut short: it commits (or fails) as a whole.
+            await cycle
+        raise
+    except EngineFailure as exc:
+        logger.error("%s; the worker stops and a restart resumes from the committed offsets", exc)
+        await app.crash(exc)
+    except Exception as exc:
+        logger.exception("the engine's fetch loop failed; the worker stops")
+        await app.crash(exc)
+
+
+# -- the engine's view of the group --------------------------------------------------------
+
+
+class FaustConnector:
+    """The engine's :class:`~tables.engine.Connector` over a faust app."""
+
+    def __init__(
+        self, app: Any, *, bootstrap: str, exactly_once: bool, prepare: Any = None
+    ) -> None:
+        self.app = app
+        self.bootstrap = bootstrap
+        self.exactly_once = exactly_once
+        self._prepare = prepare
+        self._changelogs: list[str] = []
+        self._shared: SharedDelivery | None = None
+
+    def watch_tables(self, changelog_topics: Sequence[str]) -> None:
+        self._changelogs = list(changelog_topics)
+
+    def set_shared(self, delivery: SharedDelivery) -> None:
+        self._shared = delivery
+
+    def ready(self, partition: int) -> bool:
+        app = self.app
+        recovery = getattr(app.tables, "recovery", None)
+        if app.rebalancing or recovery is None or not recovery.completed.is_set():
+            return False
+        try:
+            actives = app.assignor.assigned_actives()
+        except Exception:  # no assignment yet
+            return False
+        missing = [t for t in self._changelogs if TP(t, partition) not in actives]
+        if missing:
+            logger.error(
+                "partition %d of the source topics is assigned here but not of the tables "
+                "%s: the topics are not co-partitioned",
+                partition,
+                missing,
+            )
+            return False
+        return True
+
+    def assigned(self, partition: int, topics: frozenset[str]) -> list[TP]:
+        return [
+            TP(tp.topic, tp.partition)
+            for tp in self.app.consumer.assignment()
+            if tp.partition == partition and tp.topic in topics
+        ]
+
+    def delivery(self, partition: int) -> Delivery:
+        if self.exactly_once:
+            return TransactionalDelivery(
+                self.bootstrap, f"{self.app.conf.id}-task-{partition}", self.app.conf.id
+            )
+        assert self._shared is not None, "the shared producer is not started"
+        return self._shared
+
+    async def committed(self, tps: Sequence[TP]) -> dict[TP, int | None]:
+        consumer = aiokafka_consumer(self.app)
+
+        async def read() -> dict[TP, int | None]:
+            assert consumer is not None
+            return {tp: await consumer.committed(KafkaTP(*tp)) for tp in tps}
+
+        found: dict[TP, int | None] = await _in_thread(self.app, read)
+        return found
+
+    async def seek(self, offsets: Mapping[TP, int | None]) -> None:
+        consumer = aiokafka_consumer(self.app)
+
+        async def seek() -> None:
+            assert consumer is not None
+            for tp, offset in offsets.items():
+                if offset is None:
+                    await consumer.seek_to_beginning(KafkaTP(*tp))
+                else:
+                    consumer.seek(KafkaTP(*tp), offset)
+
+        await _in_thread(self.app, seek)
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        consumer = aiokafka_consumer(self.app)
+
+        async def commit() -> None:
+            assert consumer is not None
+            await consumer.commit({KafkaTP(*tp): offset for tp, offset in offsets.items()})
+
+        try:
+            await _in_thread(self.app, commit)
+        except (CommitFailedError, IllegalStateError) as exc:
+            # The group rebalanced meanwhile: the partitions' next owners process these
+            # records again (at least once).
+            logger.info("commit refused (%r): %d partitions are read again", exc, len(offsets))
+
+    async def prepare(self) -> None:
+        if self._prepare is not None:
+            await self._prepare()
+
+
+class EngineService(Service):
+    """Starts the engine's shared producer (at_least_once) and closes its tasks at stop."""
+
+    def __init__(self, engine: Engine, connector: FaustConnector, **kwargs: Any) -> None:
+        self.engine = engine
+        self.connector = connector
+        self._producer: Any = None
+        super().__init__(**kwargs)
+
+    async def on_start(self) -> None:
+        if not self.connector.exactly_once:
+            from aiokafka import AIOKafkaProducer
+
+            from tables.delivery import producer_options
+
+            self._producer = AIOKafkaProducer(**producer_options(self.connector.bootstrap))
+            await self._producer.start()
+            self.connector.set_shared(SharedDelivery(self._producer))
+
+    async def on_stop(self) -> None:
+        await self.engine.revoke()
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+
+async def on_partitions_revoked(engine: Engine) -> None:
+    """Receiver of ``app.on_partitions_revoked``: the cycle in flight commits first."""
+    await engine.revoke()
+
+
+# -- tables ---------------------------------------------------------------------------
+
+
+class _RocksPartition:
+    """One partition database of a faust RocksDB table, internal keys hidden."""
+
+    def __init__(self, db: Any, hidden: tuple[bytes, ...]) -> None:
+        self.db = db
+        self.hidden = hidden
+
+    def get(self, key: bytes) -> bytes | None:
+        value: bytes | None = self.db.get(key)
+        return value
+
+    def items(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for key, value in self.db.items(from_key=start):
+            if key not in self.hidden:
+                yield key, value
+
+
+class FaustTableStore:
+    """A faust table's RocksDB store, as the engine writes it."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+        self.name: str = table.name
+        self.changelog_topic: str = table.changelog_topic.get_topic_name()
+        self._store: Any = table.data
+        self._hidden = (self._store.offset_key, POSITION_KEY)
+
+    def partition(self, partition: int) -> _RocksPartition:
+        return _RocksPartition(self._store._db_for_partition(partition), self._hidden)
+
+    def apply(
+        self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None
+    ) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for key, value in changes.items():
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        if changelog_offset is not None:
+            batch.put(self._store.offset_key, str(changelog_offset).encode())
+        self._store._db_for_partition(partition).write(batch)
+
+
+def partition_db(table: Any, partition: int) -> Any:
+    """The open RocksDB of one partition of a faust table (opened if needed)."""
+    store = table.data
+    return store._dbs.get(partition) or store._db_for_partition(partition)
+
+
+def internal_keys(table: Any) -> tuple[bytes, ...]:
+    """Keys of a partition database that are not table keys."""
+    return (table.data.offset_key, POSITION_KEY)
+
+
+def persisted_offset(table: Any, tp: Any) -> int | None:
+    """The last changelog offset a partition database holds."""
+    value = table.data.persisted_offset(tp)
+    return None if value is None else int(value)
+
+
+# -- recovery ---------------------------------------------------------------------------
+
+
+def write_run(store: Any, partition: int, records: Iterable[Any], last_offset: int) -> int:
+    """Write one fetched run of changelog records and the persisted offset atomically.
+
+    Keys and values are the changelog's bytes, as faust's ``apply_changelog_batch``
+    writes them; a ``None`` value (tombstone) deletes. Returns the number of records.
+    """
+    batch = WriteBatch(raw_mode=True)
+    count = 0
+    for record in records:
+        if record.key is None:
+            continue
+        if record.value is None:
+            batch.delete(record.key)
+        else:
+            batch.put(record.key, record.value)
+        count += 1
+    batch.put(store.offset_key, str(last_offset).encode())
+    store._db_for_partition(partition).write(batch)
+    return count
+
+
+class TrackedRecovery(Recovery):
+    """faust's Recovery with a bulk path for long tails, timing and counting restores.
+
+    faust restores the active partitions of every table after each rebalance, one record
+    at a time through its changelog queue (a few thousand records per second). This
+    first reads the changelog partitions that are far behind with a consumer of its own,
+    in large fetches, and writes each fetched run of a partition as one RocksDB write
+    batch that also carries the partition's persisted changelog offset (so a kill -9 in
+    the middle leaves a consistent prefix). faust's own recovery then starts from that
+    offset and only reads what is left, usually nothing. The bulk read stops at the
+    highwater faust measured for the same recovery; it is abandoned (faust's path takes
+    over from the last written batch) on a new rebalance, on stop, or when its time
+    budget runs out. Under exactly_once every behind partition is read this way: the
+    commit marker at the end of a transactional changelog is never delivered as a
+    record, and faust's own path would wait for it.
+    """
+
+    #: Partitions fewer records behind than this are left to faust's own restore.
+    bulk_min_records = 2_000
+    #: Records per fetch of the bulk consumer.
+    bulk_max_records = 20_000
+    #: Share of ``broker_request_timeout`` (faust's limit on this step) the bulk read may use.
+    bulk_budget_share = 0.6
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stats = RestoreStats()
+        self._records_now = 0
+        #: (generation, records, start) of this round's bulk read: faust calls
+        #: ``_set_recovery_started`` again after it, which must not reset them.
+        self._bulk_carry: tuple[int, int, float | None] | None = None
+        self._ends: AIOKafkaConsumer | None = None
+
+    @property
+    def transactional(self) -> bool:
+        return bool(getattr(self.app, "read_committed", False))
+
+    def count(self, table_name: str, *, active: bool) -> None:
+        """Called once per changelog record that recovery hands to a table."""
+        if active:
+            self._records_now += 1
+            self.stats.records_by_table[table_name] += 1
+        else:
+            self.stats.standby_records += 1
+
+    async def _build_offsets(self, consumer: Any, tps: Any, destination: Any, title: str) -> None:
+        await super()._build_offsets(consumer, tps, destination, title)
+        if title == "active" and tps:
+            await self._bulk_restore(destination)
+
+    async def _build_highwaters(
+        self, consumer: Any, tps: Any, destination: Any, title: str
+    ) -> None:
+        """Under exactly_once, highwaters from the broker's last stable offsets.
+
+        faust reads them from the consumer's last fetch response, which knows nothing of
+        a partition not fetched since it was assigned, and counts the commit markers
+        in: restored, such a partition would wait for a record that never comes.
+        """
+        if not self.transactional or not tps:
+            await super()._build_highwaters(consumer, tps, destination, title)
+            return
+        try:
+            helper = await self._ends_consumer()
+            ends = await helper.end_offsets([KafkaTP(tp.topic, tp.partition) for tp in tps])
+        except Exception as exc:  # the broker did not answer: faust's own figures
+            logger.warning("last stable offsets unavailable (%r): using faust's highwaters", exc)
+            await super()._build_highwaters(consumer, tps, destination, title)
+            return
+        destination.clear()
+        for tp in tps:
+            end = ends.get(KafkaTP(tp.topic, tp.partition))
+            destination[tp] = end - 1 if end else -1
+        logger.info(
+            "%s highwaters (last stable offsets - 1) of %d changelog partitions: %d records",
+            title,
+            len(tps),
+            sum(v + 1 for v in destination.values()),
+        )
+
+    async def _ends_consumer(self) -> AIOKafkaConsumer:
+        """A ``read_committed`` consumer of the recovery's own, for end offsets."""
+        if self._ends is None:
+            consumer = self._reader()
+            await consumer.start()
+            self._ends = consumer
+        return self._ends
+
+    async def on_stop(self) -> None:
+        await super().on_stop()
+        if self._ends is not None:
+            with contextlib.suppress(Exception):
+                await self._ends.stop()
+            self._ends = None
+
+    def _reader(self, **options: Any) -> AIOKafkaConsumer:
+        """A consumer outside the group that reads committed records only."""
+        return AIOKafkaConsumer(
+            bootstrap_servers=self._bootstrap(),
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            **options,
+        )
+
+    def _bootstrap(self) -> str:
+        settings = getattr(self.app, "settings", None)
+        if settings is not None:
+            return str(settings.bootstrap_servers)
+        return ",".join(f"{u.host}:{u.port or 9092}" for u in self.app.conf.broker)
+
+    def _bulk_tables(self) -> dict[Any, Any]:
+        """Active changelog partitions whose table keeps its data in RocksDB."""
+        tables: dict[Any, Any] = {}
+        for tp in self.active_tps:
+            table = self.tp_to_table.get(tp)
+            store = getattr(table, "data", None)
+            if (
+                store is not None
+                and hasattr(store, "_db_for_partition")
+                and getattr(store, "use_rocksdict", False)
+            ):
+                tables[tp] = table
+        return tables
+
+    async def _bulk_restore(self, offsets: MutableMapping[Any, Any]) -> None:
+        tables = self._bulk_tables()
+        highwaters = {tp: self.active_highwaters.get(tp) for tp in tables}
+        settings = getattr(self.app, "settings", None)
+        min_records = getattr(settings, "restore_bulk_min_records", self.bulk_min_records)
+        if self.transactional:
+            min_records = 1
+        plan = bulk_plan({tp: offsets.get(tp) for tp in tables}, highwaters, min_records)
+        if not plan:
+            return
+        budget = float(self.app.conf.broker_request_timeout) * self.bulk_budget_share
+        started = time.monotonic()
+        consumer = self._reader(
+            max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024
+        )
+        read = 0
+        try:
+            await consumer.start()
+            remaining = {
+                KafkaTP(tp.topic, tp.partition): (tp, end) for tp, (_, end) in plan.items()
+            }
+            consumer.assign(list(remaining))
+            for ktp, (tp, _) in remaining.items():
+                consumer.seek(ktp, plan[tp][0])
+            while remaining:
+                if self.should_stop or self.signal_recovery_start.is_set():
+                    logger.info("bulk restore abandoned: rebalance or stop")
+                    return
+                if time.monotonic() - started > budget:
+                    logger.info("bulk restore stopped at its %.0f s budget", budget)
+                    return
+                fetched = await consumer.getmany(timeout_ms=500, max_records=self.bulk_max_records)
+                for ktp, records in fetched.items():
+                    entry = remaining.get(ktp)
+                    if entry is None:
+                        continue
+                    tp, end = entry
+                    run = [r for r in records if r.offset < end]
+                    if run:
+                        table = tables[tp]
+                        n = write_run(table.data, tp.partition, run, run[-1].offset)
+                        offsets[tp] = run[-1].offset
+                        read += n
+                        self._records_now += n
+                        self.stats.records_by_table[table.name] += n
+                for ktp, (tp, end) in list(remaining.items()):
+                    position = await consumer.position(ktp)
+                    if position >= end:
+                        # Only transaction markers (or nothing) may lie past the last
+                        # record written: everything below ``end`` has been applied.
+                        last = end - 1
+                        if offsets.get(tp) != last:
+                            write_run(tables[tp].data, tp.partition, (), last)
+                            offsets[tp] = last
+                        del remaining[ktp]
+        finally:
+            elapsed = time.monotonic() - started
+            self.stats.bulk_records += read
+            self.stats.bulk_duration_s += elapsed
+            rate = read / elapsed if elapsed > 0 else 0.0
+            logger.info(
+                "bulk restore: %d changelog records of %d partitions in %.3f s (%.0f records/s)",
+                read,
+                len(plan),
+                elapsed,
+                rate,
+            )
+            self._bulk_carry = (self._generation_id, self._records_now, self.stats.started_at)
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+
+    def _set_recovery_started(self) -> None:
+        super()._set_recovery_started()
+        carry, self._bulk_carry = self._bulk_carry, None
+        self.stats.in_progress = True
+        if carry is not None and carry[0] == self._generation_id:
+            _, self._records_now, self.stats.started_at = carry
+            return
+        self._records_now = 0
+        self.stats.started_at = time.monotonic()
+
+    def _set_recovery_ended(self) -> None:
+        super()._set_recovery_ended()
+        if not self.stats.in_progress or self.stats.started_at is None:
+            return
+        elapsed = time.monotonic() - self.stats.started_at
+        stats = self.stats
+        stats.in_progress = False
+        stats.restores += 1
+        stats.last_duration_s = elapsed
+        stats.last_records = self._records_now
+        stats.total_records += self._records_now
+        stats.total_duration_s += elapsed
+        rate = self._records_now / elapsed if elapsed > 0 else 0.0
+        logger.info(
+            "restore %d done: %d changelog records in %.3f s (%.0f records/s) for %d partitions",
+            stats.restores,
+            self._records_now,
+            elapsed,
+            rate,
+            len(self.active_tps),
+        )
+
+
+class StreamstateTableManager(TableManager):
+    """TableManager whose recovery is a :class:`TrackedRecovery`.
+
+    faust's manager sleeps one second at start so that tables declared late can still
+    register; every table here is declared when the app is created, so it starts at once.
+    """
+
+    async def on_start(self) -> None:
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()
+
+    @property
+    def recovery(self) -> TrackedRecovery:
+        if self._recovery is None:
+            self._recovery = TrackedRecovery(self.app, self, beacon=self.beacon, loop=self.loop)
+        return self._recovery  # type: ignore[return-value]
+
+
+def restore_counter(app: faust.App, name: str) -> Any:
+    """A table's ``on_changelog_event``: counts the records recovery applies."""
+
+    async def on_changelog_event(event: Any) -> None:
+        recovery = getattr(app.tables, "recovery", None)
+        if isinstance(recovery, TrackedRecovery):
+            recovery.count(name, active=event.message.tp in recovery.active_tps)
+
+    return on_changelog_event
+
+
+def recovery_progress(app: Any) -> dict[str, Any]:
+    """Per active changelog partition: the offset restored so far and the target."""
+    recovery = app.tables.recovery
+    highwaters = recovery.active_highwaters
+    offsets = recovery.active_offsets
+    partitions = {}
+    for tp in sorted(recovery.active_tps):
+        target, done = highwaters.get(tp), offsets.get(tp)
+        remaining = None if target is None or done is None else max(0, target - done)
+        partitions[f"{tp.topic}:{tp.partition}"] = {
+            "offset": done,
+            "highwater": target,
+            "remaining": remaining,
+        }
+    stats = getattr(recovery, "stats", None)
+    return {
+        "partitions": partitions,
+        "remaining_total": sum(p["remaining"] or 0 for p in partitions.values()),
+        "rebalancing": bool(app.rebalancing),
+        "restore": stats.as_dict() if stats is not None else None,
+    }
+
+
+def restore_remaining(app: Any) -> Counter[Any]:
+    recovery = app.tables.recovery
+    remaining: Counter[Any] = recovery.active_remaining()
+    return remaining

@@ -1,0 +1,339 @@
+"""Pipelines: what they read, which tables they write, what they produce, and the batch
+context their batch function works in.
+
+A pipeline is a pure batch function over plain records plus a declaration. The engine
+(``tables/engine.py``) hands it every fetched record of its source topics for one
+partition at a time, in a :class:`Batch`; the function reads and writes table values
+through :meth:`Batch.table` and produces records with :meth:`Batch.send`. It returns
+nothing: the batch collects its table writes and outputs, and the engine makes them
+take effect together with the source offsets, as one unit.
+
+Nothing here touches Kafka or faust, so a batch function runs in a unit test over an
+in-memory :class:`StorePartition` (or a real RocksDB on ``tmp_path``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+from sortedcontainers import SortedDict
+
+from app.topics import dlq_topic
+
+#: Header of a dead-letter record naming why it was refused.
+ERROR_HEADER = "error"
+
+
+class SourceRecord(Protocol):
+    """A fetched record, as aiokafka's ConsumerRecord (or :class:`Record`) has it."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A plain source record: what tests and in-process sources hand to a pipeline."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int = 0
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A record a batch produces, serialized."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    partition: int | None = None
+    timestamp_ms: int | None = None
+    headers: list[tuple[str, bytes]] | None = None
+
+
+class StorePartition(Protocol):
+    """One partition of a table's store: raw key bytes to raw value bytes, ordered."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def items(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every item from ``start`` on, in key order (internal keys excluded)."""
+        ...
+
+
+def encode(value: Any) -> bytes:
+    """A table value as it is stored and changelogged (JSON, as faust's json codec)."""
+    return orjson.dumps(value)
+
+
+def decode(raw: bytes) -> Any:
+    return orjson.loads(raw)
+
+
+class _Deleted:
+    def __repr__(self) -> str:
+        return "DELETED"
+
+
+DELETED: Any = _Deleted()
+
+
+class TableView:
+    """One table partition as a batch sees it: the store with the batch's own writes on
+    top. Reads see earlier writes of the same batch; nothing reaches the store until the
+    engine applies :meth:`changes`.
+
+    A view can be layered on another (:meth:`child`): the engine applies a record on a
+    child and merges it (:meth:`merge_into_parent`) or drops it, so one record that
+    raises takes back only its own writes.
+    """
+
+    def __init__(
+        self, name: str, store: StorePartition, *, ordered: bool, parent: TableView | None = None
+    ) -> None:
+        self.name = name
+        self.store = store
+        self.ordered = ordered
+        self.parent = parent
+        self._pending: dict[bytes, Any] = SortedDict() if ordered else {}
+        #: keys written by :meth:`insert`: known to be absent below this batch
+        self._created: set[bytes] = set()
+
+    def child(self) -> TableView:
+        return TableView(self.name, self.store, ordered=self.ordered, parent=self)
+
+    def _lookup(self, key: bytes) -> Any:
+        """The pending value, DELETED, or None when this batch has not written it."""
+        view: TableView | None = self
+        while view is not None:
+            value = view._pending.get(key)
+            if value is not None:
+                return value
+            view = view.parent
+        return None
+
+    def get(self, key: bytes) -> Any | None:
+        """The value of ``key`` (decoded), or None when absent."""
+        pending = self._lookup(key)
+        if pending is not None:
+            return None if pending is DELETED else pending
+        raw = self.store.get(key)
+        return None if raw is None else decode(raw)
+
+    def put(self, key: bytes, value: Any) -> None:
+        if value is None:
+            raise ValueError(f"{self.name}: a value of None is not storable; use delete()")
+        self._pending[key] = value
+
+    def insert(self, key: bytes, value: Any) -> None:
+        """Put a key that is known to be new: deleting it again in the same batch leaves
+        no trace in the store or the changelog."""
+        self.put(key, value)
+        self._created.add(key)
+
+    def delete(self, key: bytes) -> None:
+        if key in self._created:
+            del self._pending[key]
+            self._created.discard(key)
+            return
+        self._pending[key] = DELETED
+
+    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, Any]]:
+        """Items whose key starts with ``prefix``, in key order, this batch's writes
+        included (ordered views only)."""
+        if not self.ordered:
+            raise TypeError(f"{self.name}: scans need an ordered view")
+        pending = _merged_pending(self._layers(), prefix)
+        yield from _merge(_prefixed(self.store, prefix), pending)
+
+    def _layers(self) -> list[TableView]:
+        layers = []
+        view: TableView | None = self
+        while view is not None:
+            layers.append(view)
+            view = view.parent
+        return layers
+
+    def merge_into_parent(self) -> None:
+        """Take this child's writes into its parent."""
+        parent = self.parent
+        assert parent is not None, "merge_into_parent() on a top-level view"
+        for key, value in self._pending.items():
+            if value is DELETED and key in parent._created:
+                del parent._pending[key]
+                parent._created.discard(key)
+            else:
+                parent._pending[key] = value
+        parent._created.update(self._created)
+        self._pending.clear()
+
+    def changes(self) -> dict[bytes, bytes | None]:
+        """The batch's writes, encoded (None deletes)."""
+        assert self.parent is None, "changes() of a child view"
+        return {
+            key: None if value is DELETED else encode(value) for key, value in self._pending.items()
+        }
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+
+def _prefixed(store: StorePartition, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    for key, raw in store.items(prefix):
+        if not key.startswith(prefix):
+            return
+        yield key, raw
+
+
+def _merged_pending(layers: list[TableView], prefix: bytes) -> list[tuple[bytes, Any]]:
+    """The pending writes under ``prefix`` of every layer, the topmost winning, sorted."""
+    found: dict[bytes, Any] = {}
+    for layer in reversed(layers):  # bottom first: upper layers overwrite
+        pending: Any = layer._pending
+        for key in pending.irange(minimum=prefix):
+            if not key.startswith(prefix):
+                break
+            found[key] = pending[key]
+    return sorted(found.items())
+
+
+def _merge(
+    stored: Iterator[tuple[bytes, bytes]], pending: list[tuple[bytes, Any]]
+) -> Iterator[tuple[bytes, Any]]:
+    """Stored items and pending writes in key order; a pending write hides the stored
+    value of its key, and DELETED hides it altogether."""
+    index = 0
+    for key, raw in stored:
+        while index < len(pending) and pending[index][0] < key:
+            pkey, pvalue = pending[index]
+            index += 1
+            if pvalue is not DELETED:
+                yield pkey, pvalue
+        if index < len(pending) and pending[index][0] == key:
+            pkey, pvalue = pending[index]
+            index += 1
+            if pvalue is not DELETED:
+                yield pkey, pvalue
+            continue
+        yield key, decode(raw)
+    for pkey, pvalue in pending[index:]:
+        if pvalue is not DELETED:
+            yield pkey, pvalue
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table a pipeline writes: its name and whether batches scan it by prefix."""
+
+    name: str
+    ordered: bool = False
+
+
+#: The batch function of a pipeline.
+Process = Callable[["Batch"], None]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The declaration of one pipeline.
+
+    ``reads``: its source topics (co-partitioned: a batch holds one partition number of
+    each). ``writes``: the tables it writes (it may read them too). ``produces``: the
+    topics it sends to (dead-letter topics included). ``cache``: builds the pipeline's
+    per-partition cache, kept between batches and dropped whenever a batch of the
+    partition fails, so it must hold nothing that the tables do not.
+    """
+
+    name: str
+    reads: tuple[str, ...]
+    process: Process
+    writes: tuple[TableSpec, ...] = ()
+    produces: tuple[str, ...] = ()
+    cache: Callable[[], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.reads:
+            raise ValueError(f"pipeline {self.name}: reads no topic")
+
+
+@dataclass
+class Batch:
+    """One partition's fetched records of a pipeline's topics, and what it does with them."""
+
+    pipeline: str
+    partition: int
+    records: Mapping[str, Sequence[SourceRecord]]
+    tables: Mapping[str, TableView]
+    cache: Any = None
+    outputs: list[Output] = field(default_factory=list)
+    #: per source topic, the records sent to its dead-letter topic
+    dead_lettered: dict[str, int] = field(default_factory=dict)
+
+    def table(self, name: str) -> TableView:
+        try:
+            return self.tables[name]
+        except KeyError:
+            raise KeyError(f"pipeline {self.pipeline} does not declare table {name!r}") from None
+
+    def of(self, topic: str) -> Sequence[SourceRecord]:
+        """The records of one source topic, in offset order (empty if none)."""
+        return self.records.get(topic, ())
+
+    def all_records(self) -> Iterator[SourceRecord]:
+        return itertools.chain.from_iterable(self.records.values())
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        self.outputs.append(Output(topic, key, value, partition, timestamp_ms, headers))
+
+    def dead_letter(self, record: SourceRecord, reason: str) -> None:
+        """Send ``record``'s original key and value to ``<topic>-dlq``, saying why."""
+        self.outputs.append(dead_letter_record(record, reason))
+        self.dead_lettered[record.topic] = self.dead_lettered.get(record.topic, 0) + 1
+
+
+def dead_letter_record(record: SourceRecord, reason: str) -> Output:
+    """The dead-letter record of a fetched record: its original bytes, and headers that
+    say why and where from."""
+    headers: list[tuple[str, bytes]] = [
+        (ERROR_HEADER, reason.encode("utf-8")),
+        ("source-topic", record.topic.encode()),
+        ("source-partition", str(record.partition).encode()),
+        ("source-offset", str(record.offset).encode()),
+    ]
+    return Output(dlq_topic(record.topic), record.key, record.value, headers=headers)
+
+
+def by_topic(records: Iterable[SourceRecord]) -> dict[str, list[SourceRecord]]:
+    """Records grouped by topic, each group in the order given."""
+    groups: dict[str, list[SourceRecord]] = {}
+    for record in records:
+        groups.setdefault(record.topic, []).append(record)
+    return groups

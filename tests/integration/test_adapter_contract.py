@@ -1,0 +1,188 @@
+"""What ``tables/faust_adapter.py`` relies on in faust-streaming and aiokafka, checked
+against the installed libraries and a real broker.
+
+An upgrade that renames a member the adapter overrides or calls, or changes how a
+consumer reads transactional topics, fails here by name instead of in a running worker.
+The version guard keeps workers off untested versions; these tests are what a new
+version must pass before the tested range moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import faust
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from faust.stores.rocksdb import Store as RocksStore
+from faust.tables import TableManager
+from faust.tables.recovery import Recovery
+from faust.transport.consumer import Consumer, Fetcher
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+from tables import faust_adapter
+from tables.faust_adapter import (
+    TESTED,
+    UnsupportedVersion,
+    check_versions,
+    consumer_connected,
+    consumer_position,
+)
+from tests.support.kafka import LocalKafka, local_kafka
+from tests.support.kafka_io import create_topics
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[LocalKafka]:
+    with local_kafka("adapter") as cluster:
+        yield cluster
+
+
+# -- the version guard -------------------------------------------------------------------
+
+
+def test_the_installed_versions_are_the_tested_ones() -> None:
+    check_versions()
+
+
+@pytest.mark.parametrize("package", sorted(TESTED))
+def test_an_untested_version_is_refused_naming_the_version_and_the_range(package: str) -> None:
+    found = {name: ".".join(map(str, low)) for name, (low, _high) in TESTED.items()}
+    found[package] = "99.0.0"
+    with pytest.raises(UnsupportedVersion) as refused:
+        check_versions(found)
+    low, high = TESTED[package]
+    message = str(refused.value)
+    assert f"{package} 99.0.0 is installed" in message
+    assert f">={'.'.join(map(str, low))},<{'.'.join(map(str, high))}" in message
+
+
+# -- the members the adapter overrides or calls ------------------------------------------
+
+
+def _parameters(function: Any) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+@pytest.mark.parametrize(
+    ("owner", "member", "parameters"),
+    [
+        (Fetcher, "_fetcher", None),
+        (Consumer, "_wait_next_records", ["self", "timeout"]),
+        (Consumer, "_to_message", ["self", "tp", "record"]),
+        (Consumer, "assignment", ["self"]),
+        (faust_aiokafka.Consumer, "_new_consumer_thread", ["self"]),
+        (faust_aiokafka.AIOKafkaConsumerThread, "_create_worker_consumer", ["self", "transport"]),
+        (faust_aiokafka.AIOKafkaConsumerThread, "call_thread", None),
+        (faust_aiokafka.Transport, "Consumer", None),
+        (RocksStore, "_db_for_partition", ["self", "partition"]),
+        (RocksStore, "persisted_offset", ["self", "tp"]),
+        (RocksStore, "offset_key", None),
+        (Recovery, "_build_offsets", ["self", "consumer", "tps", "destination", "title"]),
+        (Recovery, "_build_highwaters", ["self", "consumer", "tps", "destination", "title"]),
+        (Recovery, "_set_recovery_started", ["self"]),
+        (Recovery, "_set_recovery_ended", ["self"]),
+        (TableManager, "recovery", None),
+        (TableManager, "_update_channels", None),
+        (faust.App, "consumer_generation_id", None),
+        (faust.App, "rebalancing", None),
+        (faust.App, "on_partitions_revoked", None),
+        (faust.App, "crash", None),
+        (AIOKafkaConsumer, "committed", ["self", "partition"]),
+    ],
+)
+def test_faust_and_aiokafka_have_what_the_adapter_uses(
+    owner: type, member: str, parameters: list[str] | None
+) -> None:
+    assert hasattr(owner, member), f"{owner.__module__}.{owner.__qualname__}.{member} is gone"
+    if parameters is not None:
+        assert _parameters(getattr(owner, member)) == parameters
+
+
+def test_the_adapter_plugs_its_fetcher_and_transport_into_the_app() -> None:
+    from app.main import create_app
+    from app.settings import Settings
+
+    app = create_app(Settings())
+    assert isinstance(app._fetcher, faust_adapter.EngineFetcher)
+    assert app.transport.Consumer is faust_adapter._Consumer
+    assert isinstance(app.tables, faust_adapter.StreamstateTableManager)
+
+
+# -- aiokafka against the broker ---------------------------------------------------------
+
+
+async def _transactions(bootstrap: str, topic: str) -> int:
+    """One committed transaction of 3 records, then one left open with 2: returns the
+    open transaction's first offset (past the first one's commit marker)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"contract-{topic}")
+    await producer.start()
+    try:
+        async with producer.transaction():
+            for n in range(3):
+                await producer.send_and_wait(topic, f"c{n}".encode(), partition=0)
+        await producer.begin_transaction()
+        first = await producer.send_and_wait(topic, b"open-0", partition=0)
+        await producer.send_and_wait(topic, b"open-1", partition=0)
+        return int(first.offset)
+    finally:
+        # Stopping without committing leaves the transaction open until it times out.
+        await producer.stop()
+
+
+def test_read_committed_set_as_the_adapter_sets_it_hides_open_transactions_and_the_position_passes_the_marker(  # noqa: E501
+    kafka: LocalKafka,
+) -> None:
+    topic = "contract-isolation"
+    create_topics(kafka.bootstrap, {topic: 1})
+
+    async def check() -> tuple[list[bytes], int | None, int | None, bool | None, bool | None]:
+        committed_end = await _transactions(kafka.bootstrap, topic)
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False)
+        # what _ConsumerThread._create_worker_consumer does before faust starts it
+        consumer._isolation_level = "read_committed"
+        before = consumer_connected(consumer)
+        await consumer.start()
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        values: list[bytes] = []
+        for _ in range(10):
+            fetched = await consumer.getmany(tp, timeout_ms=500)
+            values += [r.value for r in fetched.get(tp, []) if r.value is not None]
+        position = consumer_position(consumer, tp)
+        connected = consumer_connected(consumer)
+        await consumer.stop()
+        return values, position, committed_end, before, connected
+
+    values, position, committed_end, before, connected = asyncio.run(check())
+    assert values == [b"c0", b"c1", b"c2"]
+    # 3 records and the commit marker: the position is past the marker, where the open
+    # transaction starts (the last stable offset)
+    assert position == committed_end == 4
+    assert before is None
+    assert connected is True
+
+
+def test_a_consumer_that_has_no_position_yet_has_none(kafka: LocalKafka) -> None:
+    topic = "contract-position"
+    create_topics(kafka.bootstrap, {topic: 1})
+
+    async def check() -> int | None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            position = consumer_position(consumer, TopicPartition(topic, 0))
+            # aiokafka's stop right after assign() cancels a task that has not run yet
+            await asyncio.sleep(0.1)
+            return position
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(check()) is None

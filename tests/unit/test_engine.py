@@ -1,0 +1,357 @@
+"""The engine (tables/engine.py) over an in-process log: what a cycle makes take effect,
+poison records, crashes between Kafka and the store, refetches and lag past markers.
+
+The log here keeps records and committed offsets the way a broker does for one consumer
+group; a delivery that fails takes nothing (an aborted transaction), so a restart from
+the log must give the same tables as a run without failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+import pytest
+from sortedcontainers import SortedDict
+
+from agents.words import REPARTITION_TOPIC, pipelines
+from app.topics import TEXT_LINES, dlq_topic
+from tables.definitions import WORD_COUNTS
+from tables.engine import POSITION_KEY, TP, Engine, EngineFailure
+from tables.pipeline import ERROR_HEADER, Batch, Output, Pipeline, Record, TableSpec
+
+PARTITIONS = 2
+
+
+@dataclass
+class Log:
+    """Topic partitions of records and one group's committed offsets."""
+
+    records: dict[TP, list[Record]] = field(default_factory=dict)
+    committed: dict[TP, int] = field(default_factory=dict)
+
+    def append(self, tp: TP, key: bytes | None, value: bytes | None, headers: object = ()) -> int:
+        records = self.records.setdefault(tp, [])
+        offset = len(records)
+        hdrs = tuple(headers or ())
+        records.append(Record(tp.topic, tp.partition, offset, key, value, 0, hdrs))
+        return offset
+
+    def topic(self, topic: str) -> list[Record]:
+        return [r for tp, rs in sorted(self.records.items()) if tp.topic == topic for r in rs]
+
+
+@dataclass
+class LogDelivery:
+    log: Log
+    exactly_once: bool
+    fail: list[bool]
+    opened: int = 0
+
+    async def open(self) -> None:
+        self.opened += 1
+
+    async def send(self, outputs: Sequence[Output], offsets: Mapping[TP, int]) -> dict[TP, int]:
+        if self.fail and self.fail[0]:
+            raise ConnectionError("the broker went away")
+        written: dict[TP, int] = {}
+        for out in outputs:
+            tp = TP(out.topic, out.partition if out.partition is not None else 0)
+            written[tp] = self.log.append(tp, out.key, out.value, out.headers)
+        if self.exactly_once:
+            self.log.committed.update(offsets)
+        return written
+
+    async def close(self) -> None:
+        pass
+
+
+class MemoryPartition:
+    def __init__(self, data: SortedDict) -> None:
+        self.data = data
+
+    def get(self, key: bytes) -> bytes | None:
+        return None if key == POSITION_KEY else self.data.get(key)
+
+    def items(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for key in self.data.irange(minimum=start):
+            if key != POSITION_KEY:
+                yield key, self.data[key]
+
+
+@dataclass
+class MemoryTable:
+    name: str
+    partitions: dict[int, SortedDict] = field(default_factory=dict)
+    offsets: dict[int, int | None] = field(default_factory=dict)
+
+    @property
+    def changelog_topic(self) -> str:
+        return f"streamstate-{self.name}-changelog"
+
+    def partition(self, partition: int) -> MemoryPartition:
+        return MemoryPartition(self.partitions.setdefault(partition, SortedDict()))
+
+    def apply(
+        self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None
+    ) -> None:
+        data = self.partitions.setdefault(partition, SortedDict())
+        for key, value in changes.items():
+            if value is None:
+                data.pop(key, None)
+            else:
+                data[key] = value
+        self.offsets[partition] = changelog_offset
+
+    def values(self) -> dict[bytes, object]:
+        return {
+            k: orjson.loads(v)
+            for data in self.partitions.values()
+            for k, v in data.items()
+            if k != POSITION_KEY
+        }
+
+
+@dataclass
+class LogConnector:
+    """One worker's view of the log: every partition assigned and ready."""
+
+    log: Log
+    exactly_once: bool
+    fail: list[bool] = field(default_factory=lambda: [False])
+    positions: dict[TP, int] = field(default_factory=dict)
+    commits: int = 0
+
+    def ready(self, partition: int) -> bool:
+        return True
+
+    def assigned(self, partition: int, topics: frozenset[str]) -> list[TP]:
+        return [TP(topic, partition) for topic in sorted(topics)]
+
+    def delivery(self, partition: int) -> LogDelivery:
+        return LogDelivery(self.log, self.exactly_once, self.fail)
+
+    async def committed(self, tps: Sequence[TP]) -> dict[TP, int | None]:
+        return {tp: self.log.committed.get(tp) for tp in tps}
+
+    async def seek(self, offsets: Mapping[TP, int | None]) -> None:
+        for tp, offset in offsets.items():
+            self.positions[tp] = offset or 0
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        self.commits += 1
+        self.log.committed.update(offsets)
+
+    async def prepare(self) -> None:
+        pass
+
+
+def fetch(connector: LogConnector, topics: Sequence[str], limit: int) -> dict[TP, list[Record]]:
+    """What a consumer fetches next: up to ``limit`` records per partition."""
+    fetched = {}
+    for tp, records in sorted(connector.log.records.items()):
+        if tp.topic in topics:
+            start = connector.positions.get(tp, 0)
+            fetched[tp] = records[start : start + limit]
+            connector.positions[tp] = start + len(fetched[tp])
+    return fetched
+
+
+def run(engine: Engine, connector: LogConnector, limit: int = 3, cycles: int = 100) -> None:
+    """Fetch and process until nothing is left."""
+
+    async def go() -> None:
+        for _ in range(cycles):
+            fetched = fetch(connector, sorted(engine.topics), limit)
+            if not any(fetched.values()) and engine.tasks:
+                return
+            positions = {tp: connector.positions[tp] for tp in fetched}
+            await engine.process(fetched, positions)
+
+    asyncio.run(go())
+
+
+def word_engine(connector: LogConnector, table: MemoryTable) -> Engine:
+    return Engine(
+        pipelines(PARTITIONS, 1000),
+        {WORD_COUNTS: table},
+        connector,
+        exactly_once=connector.exactly_once,
+    )
+
+
+def lines(log: Log, texts: Sequence[str]) -> Counter[bytes]:
+    for n, text in enumerate(texts):
+        log.append(TP(TEXT_LINES, n % PARTITIONS), None, text.encode())
+    return Counter(word.encode() for text in texts for word in text.lower().split())
+
+
+TEXTS = ["the fox", "The dog and the fox", "a b c", "ünïcode wörds", "b b b"] * 7
+
+
+@pytest.mark.parametrize("exactly_once", [False, True])
+def test_a_run_counts_every_word_once_and_commits_every_offset(exactly_once: bool) -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    want = lines(log, TEXTS)
+    connector = LogConnector(log, exactly_once)
+    run(word_engine(connector, table), connector)
+    assert table.values() == dict(want)
+    for tp, records in log.records.items():
+        if tp.topic in (TEXT_LINES, REPARTITION_TOPIC):
+            assert log.committed[tp] == len(records), tp
+    assert (connector.commits > 0) is not exactly_once
+
+
+def test_each_cycle_records_the_tasks_position_in_the_table_and_its_changelog() -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    lines(log, TEXTS)
+    connector = LogConnector(log, exactly_once=True)
+    run(word_engine(connector, table), connector)
+    for partition in range(PARTITIONS):
+        stored = orjson.loads(table.partitions[partition][POSITION_KEY])
+        assert stored == {
+            REPARTITION_TOPIC: {str(partition): log.committed[TP(REPARTITION_TOPIC, partition)]}
+        }
+        changelog = log.records[TP(table.changelog_topic, partition)]
+        last_position = [r for r in changelog if r.key == POSITION_KEY][-1]
+        assert last_position.value == table.partitions[partition][POSITION_KEY]
+        # the store records the changelog offset it reaches
+        assert table.offsets[partition] == changelog[-1].offset
+
+
+def test_the_changelog_holds_the_tables_latest_values() -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    lines(log, TEXTS)
+    connector = LogConnector(log, exactly_once=True)
+    run(word_engine(connector, table), connector)
+    latest: dict[bytes, object] = {}
+    for record in log.topic(table.changelog_topic):
+        if record.key != POSITION_KEY:
+            assert record.key is not None
+            assert record.value is not None
+            latest[record.key] = orjson.loads(record.value)
+    assert latest == table.values()
+
+
+def boom_on(word: bytes):  # type: ignore[no-untyped-def]
+    """A pipeline counting keys of ``in`` that raises on one of them."""
+
+    def process(batch: Batch) -> None:
+        table = batch.table("t")
+        for record in batch.of("in"):
+            if record.value == word:
+                raise RuntimeError(f"cannot take {word!r}")
+            assert record.value is not None
+            table.put(record.value, (table.get(record.value) or 0) + 1)
+            batch.send("out", record.value, b"seen", partition=record.partition)
+
+    return Pipeline("boom", reads=("in",), writes=(TableSpec("t"),), process=process)
+
+
+def test_a_record_that_raises_goes_to_its_dead_letter_topic_and_the_rest_take_effect() -> None:
+    log, table = Log(), MemoryTable("t")
+    for value in [b"a", b"b", b"poison", b"a", b"c"]:
+        log.append(TP("in", 0), None, value)
+    connector = LogConnector(log, exactly_once=True)
+    engine = Engine([boom_on(b"poison")], {"t": table}, connector, exactly_once=True)
+    run(engine, connector, limit=10)
+    assert table.values() == {b"a": 2, b"b": 1, b"c": 1}
+    assert [r.key for r in log.topic("out")] == [b"a", b"b", b"a", b"c"]
+    [dead] = log.topic(dlq_topic("in"))
+    headers = dict(dead.headers)
+    assert dead.value == b"poison"
+    assert headers[ERROR_HEADER] == b"processing failed: RuntimeError: cannot take b'poison'"
+    assert headers["source-offset"] == b"2"
+    assert log.committed[TP("in", 0)] == 5
+    assert engine.figures.dead_letters["in"] == 1
+    assert engine.figures.failed_records["boom"] == 1
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 4, 7])
+def test_a_kafka_failure_stops_the_cycle_and_a_restart_resumes_exactly(fail_at: int) -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    want = lines(log, TEXTS)
+    connector = LogConnector(log, exactly_once=True)
+    engine = word_engine(connector, table)
+
+    async def until_failure() -> None:
+        for cycle in range(100):
+            connector.fail[0] = cycle == fail_at
+            fetched = fetch(connector, sorted(engine.topics), 2)
+            positions = {tp: connector.positions[tp] for tp in fetched}
+            await engine.process(fetched, positions)
+
+    with pytest.raises(EngineFailure, match="Kafka did not take the batch"):
+        asyncio.run(until_failure())
+    # the failed cycle reached neither the log nor the store
+    changelog_keys = {r.key for r in log.topic(table.changelog_topic)} - {POSITION_KEY}
+    assert set(table.values()) == changelog_keys
+    assert table.values() != dict(want)
+    # A new worker process: the store as it was, everything else from the log.
+    restarted = LogConnector(log, exactly_once=True)
+    run(word_engine(restarted, table), restarted, limit=2)
+    assert table.values() == dict(want)
+
+
+def test_records_fetched_again_after_a_seek_are_not_applied_twice() -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    want = lines(log, TEXTS)
+    connector = LogConnector(log, exactly_once=False)
+    engine = word_engine(connector, table)
+    run(engine, connector, limit=4)
+
+    async def refetch() -> None:
+        for tp in list(connector.positions):
+            connector.positions[tp] = 0
+        fetched = fetch(connector, sorted(engine.topics), 1000)
+        await engine.process(fetched, {tp: connector.positions[tp] for tp in fetched})
+
+    asyncio.run(refetch())
+    assert table.values() == dict(want)
+
+
+def test_a_partition_with_only_transaction_markers_left_commits_past_them() -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    lines(log, TEXTS)
+    connector = LogConnector(log, exactly_once=True)
+    engine = word_engine(connector, table)
+    run(engine, connector)
+    tp = TP(TEXT_LINES, 0)
+    end = len(log.records[tp])
+    assert log.committed[tp] == end
+
+    async def marker_only() -> None:
+        # the consumer skipped a control record: its position moved, no record came
+        await engine.process({}, {tp: end + 1})
+
+    asyncio.run(marker_only())
+    assert log.committed[tp] == end + 1
+    assert engine.lag({tp: end + 1})[tp] == 0
+
+
+def test_a_task_starts_from_the_committed_offsets_and_drops_what_was_fetched_before() -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    lines(log, TEXTS)
+    tp = TP(TEXT_LINES, 0)
+    log.committed[tp] = 4
+    connector = LogConnector(log, exactly_once=True)
+    engine = word_engine(connector, table)
+
+    async def first() -> None:
+        fetched = {tp: log.records[tp][:2]}
+        await engine.process(fetched, {tp: 2})
+
+    asyncio.run(first())
+    assert set(engine.tasks) == {0}
+    assert engine.tasks[0].checkpoint.next[tp] == 4
+    assert connector.positions[tp] == 4
+    assert table.values() == {}  # the fetched records were dropped, not applied
+
+
+def test_pipelines_must_declare_the_tables_they_write() -> None:
+    connector = LogConnector(Log(), exactly_once=True)
+    with pytest.raises(ValueError, match="undeclared tables"):
+        Engine([boom_on(b"x")], {}, connector, exactly_once=True)
