@@ -1,8 +1,7 @@
 """What each scenario must show, as named checks over its figures.
 
-The runner writes them to the summary; the integration tests assert them. A check marked
-``known_defect`` names a defect of the system that is written up, not hidden: it fails
-in the summary ("not exact", with the figures) but does not fail the test suite.
+The runner writes them to the summary; the integration tests assert them. Every check
+can fail, and a failed check fails the scenario.
 """
 
 from __future__ import annotations
@@ -15,28 +14,20 @@ from typing import Any
 class Check:
     what: str
     ok: bool
-    known_defect: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"check": self.what, "ok": self.ok, "known_defect": self.known_defect}
+        return {"check": self.what, "ok": self.ok}
 
 
 def verdict(checks: list[Check]) -> str:
-    if all(c.ok for c in checks):
-        return "pass"
-    if all(c.ok or c.known_defect for c in checks):
-        return "known defect"
-    return "fail"
+    return "pass" if all(c.ok for c in checks) else "fail"
 
 
 def kill_worker(r: dict[str, Any]) -> list[Check]:
     eos = r["guarantee"] == "exactly_once"
     checks = [
-        # Known defects under exactly_once, from faust's per-event transactional paths
-        # (the inventory and settling agents): agent crashes after a rebalance, and
-        # restarts that fail (ConsistencyError).
-        Check("no agent crashed", r["agent_crashes"] == 0, eos),
-        Check("every restarted worker became ready", not r["restart_failures"], eos),
+        Check("no agent crashed", r["agent_crashes"] == 0),
+        Check("every restarted worker became ready", not r["restart_failures"]),
         Check("no word under-counted after any kill", r["under_count_total"] == 0),
         Check("a clean stop (SIGTERM) adds no drift", r["clean_stop_adds_drift"] is False),
     ]
@@ -51,13 +42,11 @@ def kill_worker(r: dict[str, Any]) -> list[Check]:
             )
         )
     if eos:
-        # word_counts runs on the batched transactional path (tables/batch.py).
         checks.append(Check("word_counts exact after every kill -9", r["exact_after_every_kill"]))
         checks.append(
             Check(
                 "inventory exact after every kill -9",
                 r.get("inventory_exact_after_every_kill") is True,
-                True,
             )
         )
     return checks
@@ -82,13 +71,9 @@ def broker_outage(r: dict[str, Any]) -> list[Check]:
         Check("workers not restarted", r["workers_same_process"]),
         Check("no agent crashed", r["agent_crashes"] == 0),
         Check("/health answered 200 throughout", r["health_200"] == r["health_samples"]),
-        # /ready probes the brokers (api/broker.py) with a 1 s cache, so a sample taken
-        # in the first second of the outage can still be 200; kept as a known defect
-        # until the runs show it never happens.
         Check(
             "/ready answered 503 with a reason while the broker was down",
             r["ready_503"] == r["ready_samples"] and bool(r["ready_reasons"]),
-            known_defect=True,
         ),
         Check(
             "ready again after the broker came back",

@@ -71,7 +71,7 @@ def markdown(document: dict[str, Any]) -> str:
         lines.append(f"| {result['title']} | {result['verdict']} | {result['headline']} |")
     for result in scenarios.values():
         lines += ["", f"## {result['title']}", "", result["how"], ""]
-        lines += [f"- [{'x' if c['ok'] else ' '}] {c['check']}" + _defect(c)
+        lines += [f"- [{'x' if c['ok'] else ' '}] {c['check']}"
                   for c in result["checks"]]  # fmt: skip
         if result.get("error"):
             lines += ["", f"The scenario did not finish: `{result['error']}`"]
@@ -85,10 +85,6 @@ def markdown(document: dict[str, Any]) -> str:
         for note in result.get("notes", []):
             lines += ["", note]
     return "\n".join(lines) + "\n"
-
-
-def _defect(check: dict[str, Any]) -> str:
-    return " (known defect, see below)" if check["known_defect"] and not check["ok"] else ""
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
