@@ -24,7 +24,7 @@ from app.models import Correction
 from app.semantics import HOUR_MS, InvalidEvent, parse_record
 from app.topics import CORRECTIONS, dlq_topic
 from tables.definitions import INVENTORY, SALES_BY_CATEGORY, WORD_COUNTS
-from tables.pipeline import Batch, Pipeline, TableSpec
+from tables.pipeline import Batch, Context, Pipeline, TableSpec
 from tables.windows import window_key as sales_window_key
 
 logger = logging.getLogger(__name__)
@@ -128,14 +128,17 @@ def apply_corrections(batch: Batch) -> None:
         logger.info("correction applied to %s %r", name, key)
 
 
-PIPELINE = Pipeline(
-    name="corrections.apply",
-    reads=(CORRECTIONS,),
-    writes=(
-        TableSpec(WORD_COUNTS),
-        TableSpec(INVENTORY),
-        TableSpec(SALES_BY_CATEGORY, ordered=True),
-    ),
-    produces=(dlq_topic(CORRECTIONS),),
-    process=apply_corrections,
-)
+def pipelines(context: Context) -> list[Pipeline]:
+    return [
+        Pipeline(
+            name="corrections.apply",
+            reads=(CORRECTIONS,),
+            writes=(
+                TableSpec(WORD_COUNTS, queryable=True),
+                TableSpec(INVENTORY, queryable=True),
+                TableSpec(SALES_BY_CATEGORY, ordered=True, queryable=True),
+            ),
+            produces=(dlq_topic(CORRECTIONS),),
+            process=apply_corrections,
+        )
+    ]

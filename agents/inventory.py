@@ -25,7 +25,7 @@ from app.semantics import (
 )
 from app.topics import ITEM_EVENTS, dlq_topic
 from tables.definitions import INVENTORY
-from tables.pipeline import Batch, Pipeline, TableSpec
+from tables.pipeline import Batch, Context, Pipeline, TableSpec
 
 SALES_REPARTITION_TOPIC = "streamstate-sales_by_category-repartition"
 
@@ -79,14 +79,16 @@ def apply_store_events(batch: Batch, *, catalogue: Catalogue, max_bytes: int) ->
         )
 
 
-def pipeline(catalogue: Catalogue, max_bytes: int) -> Pipeline:
+def pipelines(context: Context) -> list[Pipeline]:
     process: Callable[[Batch], None] = functools.partial(
-        apply_store_events, catalogue=catalogue, max_bytes=max_bytes
+        apply_store_events, catalogue=context.catalogue, max_bytes=context.max_event_bytes
     )
-    return Pipeline(
-        name="inventory.apply_store_events",
-        reads=(ITEM_EVENTS,),
-        writes=(TableSpec(INVENTORY),),
-        produces=(SALES_REPARTITION_TOPIC, dlq_topic(ITEM_EVENTS)),
-        process=process,
-    )
+    return [
+        Pipeline(
+            name="inventory.apply_store_events",
+            reads=(ITEM_EVENTS,),
+            writes=(TableSpec(INVENTORY, queryable=True),),
+            produces=(SALES_REPARTITION_TOPIC, dlq_topic(ITEM_EVENTS)),
+            process=process,
+        )
+    ]

@@ -11,7 +11,7 @@ import functools
 
 from app.semantics import InvalidEvent, check_key, parse_product
 from app.topics import PRODUCTS, dlq_topic
-from tables.pipeline import Batch, Pipeline
+from tables.pipeline import Batch, Context, Pipeline
 
 
 def validate_products(batch: Batch, *, max_bytes: int) -> None:
@@ -25,10 +25,12 @@ def validate_products(batch: Batch, *, max_bytes: int) -> None:
             batch.dead_letter(record, error.reason)
 
 
-def pipeline(max_bytes: int) -> Pipeline:
-    return Pipeline(
-        name="products.validate",
-        reads=(PRODUCTS,),
-        produces=(dlq_topic(PRODUCTS),),
-        process=functools.partial(validate_products, max_bytes=max_bytes),
-    )
+def pipelines(context: Context) -> list[Pipeline]:
+    return [
+        Pipeline(
+            name="products.validate",
+            reads=(PRODUCTS,),
+            produces=(dlq_topic(PRODUCTS),),
+            process=functools.partial(validate_products, max_bytes=context.max_event_bytes),
+        )
+    ]

@@ -24,7 +24,7 @@ import orjson
 from agents.inventory import SALES_REPARTITION_TOPIC
 from app.semantics import HOUR_MS, add_sale, window_start
 from tables.definitions import SALES_BY_CATEGORY
-from tables.pipeline import Batch, Pipeline, TableSpec, TableView
+from tables.pipeline import Batch, Context, Pipeline, TableSpec, TableView
 from tables.windows import parse_window_key, window_key
 
 
@@ -96,11 +96,13 @@ def count_sales(batch: Batch, *, retention_ms: int, now: Callable[[], float] = t
         table.delete(key)
 
 
-def pipeline(retention_ms: int) -> Pipeline:
-    return Pipeline(
-        name="sales.count",
-        reads=(SALES_REPARTITION_TOPIC,),
-        writes=(TableSpec(SALES_BY_CATEGORY, ordered=True),),
-        process=functools.partial(count_sales, retention_ms=retention_ms),
-        cache=Windows,
-    )
+def pipelines(context: Context) -> list[Pipeline]:
+    return [
+        Pipeline(
+            name="sales.count",
+            reads=(SALES_REPARTITION_TOPIC,),
+            writes=(TableSpec(SALES_BY_CATEGORY, ordered=True, queryable=True),),
+            process=functools.partial(count_sales, retention_ms=context.window_retention_ms),
+            cache=Windows,
+        )
+    ]

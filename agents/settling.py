@@ -22,7 +22,7 @@ from app.semantics import InvalidEvent, check_key, parse_item_event, parse_payme
 from app.topics import ITEM_EVENTS, PAYMENTS, SETTLED_SALES, dlq_topic
 from tables.definitions import UNSETTLED_SALES
 from tables.join import LEFT, RIGHT, JoinResult, JoinWindow, PartitionJoin
-from tables.pipeline import Batch, Pipeline, TableSpec
+from tables.pipeline import Batch, Context, Pipeline, TableSpec
 
 #: A payment settles a sale when it is at most this long after the sale (inclusive).
 SETTLE_WINDOW_MS = 10 * 60 * 1000
@@ -41,8 +41,6 @@ JOIN_NAME = "settling"
 SALES_BUFFER = f"{JOIN_NAME}_sales_buffer"
 PAYMENTS_BUFFER = f"{JOIN_NAME}_payments_buffer"
 WATERMARKS = f"{JOIN_NAME}_watermarks"
-#: The join's tables: buffered records with their time index, and event time per side.
-JOIN_TABLES = (SALES_BUFFER, PAYMENTS_BUFFER, WATERMARKS)
 
 
 def _store_key(record: dict[str, Any]) -> bytes:
@@ -100,16 +98,23 @@ def settle(batch: Batch, *, max_bytes: int, window: JoinWindow = SETTLE_WINDOW) 
         counts.put(store, int(counts.get(store) or 0) + n)
 
 
-def pipeline(max_bytes: int) -> Pipeline:
-    return Pipeline(
-        name="settling.settle_sales",
-        reads=(ITEM_EVENTS, PAYMENTS),
-        writes=(
-            TableSpec(SALES_BUFFER, ordered=True),
-            TableSpec(PAYMENTS_BUFFER, ordered=True),
-            TableSpec(WATERMARKS),
-            TableSpec(UNSETTLED_SALES),
-        ),
-        produces=(SETTLED_SALES, dlq_topic(PAYMENTS)),
-        process=functools.partial(settle, max_bytes=max_bytes),
-    )
+#: Expired join records leave tombstones; rolling segments every 10 minutes lets the
+#: broker compact them away instead of keeping a week of history.
+BUFFER_CHANGELOG = (("segment.ms", str(10 * 60 * 1000)),)
+
+
+def pipelines(context: Context) -> list[Pipeline]:
+    return [
+        Pipeline(
+            name="settling.settle_sales",
+            reads=(ITEM_EVENTS, PAYMENTS),
+            writes=(
+                TableSpec(SALES_BUFFER, ordered=True, changelog_config=BUFFER_CHANGELOG),
+                TableSpec(PAYMENTS_BUFFER, ordered=True, changelog_config=BUFFER_CHANGELOG),
+                TableSpec(WATERMARKS, changelog_config=BUFFER_CHANGELOG),
+                TableSpec(UNSETTLED_SALES, queryable=True),
+            ),
+            produces=(SETTLED_SALES, dlq_topic(PAYMENTS)),
+            process=functools.partial(settle, max_bytes=context.max_event_bytes),
+        )
+    ]

@@ -21,7 +21,7 @@ import orjson
 from app.semantics import InvalidEvent, ascii_token_counts, decode_text_line, tokenize
 from app.topics import TEXT_LINES, dlq_topic, partition_for
 from tables.definitions import WORD_COUNTS
-from tables.pipeline import Batch, Pipeline, SourceRecord, TableSpec
+from tables.pipeline import Batch, Context, Pipeline, SourceRecord, TableSpec
 
 REPARTITION_TOPIC = "streamstate-word_counts-repartition"
 
@@ -106,7 +106,8 @@ def count(batch: Batch) -> None:
         table.put(word, (table.get(word) or 0) + added)
 
 
-def pipelines(partitions: int, max_bytes: int) -> list[Pipeline]:
+def pipelines(context: Context) -> list[Pipeline]:
+    partitions, max_bytes = context.partitions, context.max_event_bytes
     return [
         Pipeline(
             name="words.split",
@@ -117,7 +118,7 @@ def pipelines(partitions: int, max_bytes: int) -> list[Pipeline]:
         Pipeline(
             name="words.count",
             reads=(REPARTITION_TOPIC,),
-            writes=(TableSpec(WORD_COUNTS),),
+            writes=(TableSpec(WORD_COUNTS, queryable=True),),
             process=count,
         ),
     ]

@@ -41,8 +41,7 @@ def query_tables(worker: Any) -> dict[str, QueryTable]:
     """Every queryable table of a worker, by name."""
     found: dict[str, QueryTable] = {}
     for name, info in worker.wiring.tables.infos().items():
-        table = info.table.table if info.kind == "windowed" else info.table
-        window_ms = round(table.window.size * 1000) if info.kind == "windowed" else None
+        table = info.table
         found[name] = QueryTable(
             name=name,
             kind=info.kind,
@@ -50,7 +49,7 @@ def query_tables(worker: Any) -> dict[str, QueryTable]:
             partitions=int(table.partitions or worker.conf.topic_partitions),
             standby_replicas=int(worker.conf.table_standby_replicas),
             table=table,
-            window_ms=window_ms,
+            window_ms=info.window_ms,
         )
     found[PRODUCTS] = QueryTable(
         name=PRODUCTS,

@@ -6,16 +6,15 @@ faust --datadir DIR -A app.main worker -l info --web-host 127.0.0.1 --web-port 6
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import importlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import faust
 from mode import ServiceT
 
-from agents import corrections, inventory, products, sales, settling, words
 from api import create_api
 from api.server import ApiServer, LegacyWebDisabled
 from app import topics
@@ -25,19 +24,27 @@ from tables.catalog import ProductCatalog
 from tables.definitions import Tables, declare_tables
 from tables.engine import Engine
 from tables.faust_adapter import (
-    EngineFetcher,
+    EngineApp,
     EngineService,
-    EngineTransport,
     FaustConnector,
     check_versions,
+    internal_channels,
     on_partitions_revoked,
 )
-from tables.pipeline import Pipeline
+from tables.pipeline import Context, Pipeline
 
 APP_ID = "streamstate"
 
-#: Topics the pipelines send to each other: topic -> the table whose key partitions it.
-REPARTITION_TOPICS = (words.REPARTITION_TOPIC, inventory.SALES_REPARTITION_TOPIC)
+#: The pipeline modules every worker runs, each with a ``pipelines(context)`` factory;
+#: ``STREAMSTATE_EXTRA_PIPELINES`` names more.
+PIPELINE_MODULES = (
+    "agents.words",
+    "agents.inventory",
+    "agents.sales",
+    "agents.settling",
+    "agents.products",
+    "agents.corrections",
+)
 
 
 @dataclass(frozen=True)
@@ -51,14 +58,12 @@ class Wiring:
     connector: FaustConnector
 
 
-class StreamstateApp(faust.App):
+class StreamstateApp(EngineApp):
     """faust.App whose records go to the engine, with the FastAPI layer running from the
     moment the worker starts."""
 
     settings: Settings
     wiring: Wiring
-    #: under exactly_once the group's consumer reads committed records only
-    read_committed: bool = False
 
     @property
     def engine(self) -> Engine:
@@ -70,17 +75,12 @@ class StreamstateApp(faust.App):
             specs = topics.topic_specs(
                 self.settings.topic_partitions, self.settings.source_retention_ms
             )
-            specs += internal_topic_specs(self, {spec.name for spec in specs})
+            specs += internal_topic_specs(
+                self, self.wiring.pipelines, {spec.name for spec in specs}
+            )
             await ensure_topics(
                 self.settings.bootstrap_servers, specs, self.settings.topic_replication_factor
             )
-
-    def _new_transport(self) -> Any:
-        return EngineTransport(self.conf.broker_consumer, self)
-
-    @cached_property
-    def _fetcher(self) -> Any:
-        return EngineFetcher(self, loop=self.loop, beacon=self.consumer.beacon)
 
     def on_init_dependencies(self) -> Iterable[ServiceT]:
         deps = list(super().on_init_dependencies())
@@ -132,16 +132,16 @@ def create_app(settings: Settings) -> StreamstateApp:
     return app
 
 
-def internal_topic_specs(app: faust.App, known: set[str]) -> list[topics.TopicSpec]:
-    """The repartition, changelog and dead-letter topics that the pipelines need.
+def internal_topic_specs(
+    app: faust.App, pipelines: Sequence[Pipeline], known: set[str]
+) -> list[topics.TopicSpec]:
+    """The changelog, repartition and dead-letter topics that the pipelines need.
 
     They are created before the consumer subscribes: a topic that appears after the
     first assignment is left out of it ("Ignoring missing topic"), and its records wait
     for the next rebalance.
     """
-    channels: list[Any] = [table.changelog_topic for table in app.tables.values()]
-    leader: Any = app._leader_assignor
-    channels.append(leader._leader_topic)
+    channels = internal_channels(app)
     partitions = app.conf.topic_partitions
     specs: dict[str, topics.TopicSpec] = {}
     for channel in channels:
@@ -154,10 +154,12 @@ def internal_topic_specs(app: faust.App, known: set[str]) -> list[topics.TopicSp
             if name not in known:
                 specs[name] = topics.TopicSpec(name, channel.partitions or partitions, config)
     retained = {"retention.ms": str(app.settings.source_retention_ms)}  # type: ignore[attr-defined]
-    for name in REPARTITION_TOPICS:
-        for topic in (name, topics.dlq_topic(name)):
-            if topic not in known:
-                specs[topic] = topics.TopicSpec(topic, partitions, dict(retained))
+    # Every topic a pipeline reads or sends to (repartition topics, and the sources of
+    # added pipelines), and the dead-letter topic of each one it reads.
+    named = {t for p in pipelines for t in (*p.reads, *p.produces)}
+    named |= {topics.dlq_topic(t) for p in pipelines for t in p.reads}
+    for topic in sorted(named - known - set(specs)):
+        specs[topic] = topics.TopicSpec(topic, partitions, dict(retained))
     return list(specs.values())
 
 
@@ -168,24 +170,45 @@ def source_channel(app: faust.App, name: str) -> Any:
     )
 
 
+class PipelineModuleError(ValueError):
+    """A pipeline module cannot be loaded or declares something inconsistent."""
+
+
+def load_pipelines(modules: Sequence[str], context: Context) -> list[Pipeline]:
+    """The pipelines of each module, from its ``pipelines(context)`` factory."""
+    found: list[Pipeline] = []
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as error:
+            message = f"pipeline module {name!r} cannot be imported: {error}"
+            raise PipelineModuleError(message) from error
+        factory = getattr(module, "pipelines", None)
+        if not callable(factory):
+            raise PipelineModuleError(f"pipeline module {name!r} has no pipelines(context)")
+        found.extend(factory(context))
+    names = [pipeline.name for pipeline in found]
+    if duplicates := sorted({n for n in names if names.count(n) > 1}):
+        raise PipelineModuleError(f"pipelines declared twice: {duplicates}")
+    return found
+
+
 def build(app: StreamstateApp, settings: Settings) -> Wiring:
-    """Declare the tables and the pipelines, and the engine that runs them."""
-    tables = declare_tables(app, settings, internal=settling.JOIN_TABLES)
+    """Declare the pipelines, their tables, and the engine that runs them."""
     catalog = ProductCatalog(
         bootstrap=settings.bootstrap_servers,
         topic=topics.PRODUCTS,
         path=Path(app.conf.datadir) / "catalog" / "products",
     )
-    limit = settings.max_event_bytes
-    partitions = settings.topic_partitions
-    pipelines = [
-        *words.pipelines(partitions, limit),
-        inventory.pipeline(catalog, limit),
-        sales.pipeline(int(settings.window_retention_days * 86_400_000)),
-        settling.pipeline(limit),
-        products.pipeline(limit),
-        corrections.PIPELINE,
-    ]
+    context = Context(
+        partitions=settings.topic_partitions,
+        max_event_bytes=settings.max_event_bytes,
+        window_retention_ms=int(settings.window_retention_days * 86_400_000),
+        catalogue=catalog,
+    )
+    modules = [*PIPELINE_MODULES, *settings.extra_pipeline_modules]
+    pipelines = load_pipelines(modules, context)
+    tables = declare_tables(app, settings, [spec for p in pipelines for spec in p.writes])
     exactly_once = settings.processing_guarantee == "exactly_once"
     connector = FaustConnector(
         app,

@@ -59,13 +59,10 @@ class Settings(BaseSettings):
     source_retention_ms: int = -1
     #: Largest accepted event value, in bytes; larger ones go to the DLQ.
     max_event_bytes: int = Field(64 * 1024, gt=0)
-    #: Batched agents take at most this many events per batch...
-    batch_max_events: int = Field(2000, gt=0)
-    #: ...and wait at most this long (seconds) to fill one.
-    batch_within_s: float = Field(0.1, gt=0)
-    #: Stages that read a source topic directly (the word count's split) take at most
-    #: this many records per fetch.
+    #: A batch cycle takes at most this many records per fetch.
     source_fetch_max_records: int = Field(20_000, gt=0)
+    #: More pipeline modules to run, comma-separated (each with ``pipelines(context)``).
+    extra_pipelines: str = ""
     #: A restore reads a changelog partition in bulk when it is at least this many
     #: records behind; shorter tails go through faust's per-record recovery.
     restore_bulk_min_records: int = Field(2000, gt=0)
@@ -81,6 +78,10 @@ class Settings(BaseSettings):
     @classmethod
     def _broker_has_scheme(cls, value: str) -> str:
         return value if "://" in value else f"kafka://{value}"
+
+    @property
+    def extra_pipeline_modules(self) -> list[str]:
+        return [name.strip() for name in self.extra_pipelines.split(",") if name.strip()]
 
     @property
     def bootstrap_servers(self) -> str:

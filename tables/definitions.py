@@ -11,6 +11,7 @@ partitioned by the raw key.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -19,6 +20,7 @@ import faust
 
 from app.settings import Settings
 from tables.faust_adapter import FaustTableStore, restore_counter
+from tables.pipeline import TableSpec
 from tables.windows import SALES_WINDOW_S
 
 TableKind = Literal["table", "windowed", "global"]
@@ -30,50 +32,42 @@ UNSETTLED_SALES = "unsettled_sales"
 PRODUCTS = "products"
 
 
+#: The tables of the contract (``/tables``), each with its kind.
+CONTRACT_TABLES: dict[str, TableKind] = {
+    WORD_COUNTS: "table",
+    INVENTORY: "table",
+    SALES_BY_CATEGORY: "windowed",
+    UNSETTLED_SALES: "table",
+}
+
+
 @dataclass(frozen=True)
 class TableInfo:
     """What the query layer needs to know about a table."""
 
     name: str
     kind: TableKind
+    #: the faust table (for a windowed table, the underlying one, with its window)
     table: Any
-    raw_keys: bool
+    #: window length in ms (windowed tables)
+    window_ms: int | None = None
 
 
 @dataclass(frozen=True)
 class Tables:
-    """The tables of one app: the queryable ones, and the internal state of pipelines."""
+    """The tables of one app: the queryable ones and the pipelines' internal state."""
 
-    word_counts: Any
-    inventory: Any
-    sales_by_category: Any
-    unsettled_sales: Any
-    #: the pipelines' own tables (the settling join's buffers), by name
-    internal: dict[str, Any]
-
-    def all(self) -> dict[str, Any]:
-        """Every table by name (a windowed table as its underlying table)."""
-        return {
-            WORD_COUNTS: self.word_counts,
-            INVENTORY: self.inventory,
-            SALES_BY_CATEGORY: self.sales_by_category.table,
-            UNSETTLED_SALES: self.unsettled_sales,
-            **self.internal,
-        }
+    #: every table by name, as faust declared it
+    declared: dict[str, Any]
+    #: the tables the HTTP API serves, by name
+    queryable: dict[str, TableInfo]
 
     def stores(self) -> dict[str, FaustTableStore]:
         """The engine's view of every table."""
-        return {name: FaustTableStore(table) for name, table in self.all().items()}
+        return {name: FaustTableStore(table) for name, table in self.declared.items()}
 
     def infos(self) -> dict[str, TableInfo]:
-        return {
-            WORD_COUNTS: TableInfo(WORD_COUNTS, "table", self.word_counts, True),
-            INVENTORY: TableInfo(INVENTORY, "table", self.inventory, True),
-            SALES_BY_CATEGORY: TableInfo(
-                SALES_BY_CATEGORY, "windowed", self.sales_by_category, False
-            ),
-            UNSETTLED_SALES: TableInfo(UNSETTLED_SALES, "table", self.unsettled_sales, True),
-        }
+        return dict(self.queryable)
 
 
 def _options(app: faust.App, settings: Settings, name: str) -> dict[str, Any]:
@@ -90,27 +84,32 @@ def _options(app: faust.App, settings: Settings, name: str) -> dict[str, Any]:
     }
 
 
-def declare_tables(app: faust.App, settings: Settings, internal: tuple[str, ...] = ()) -> Tables:
-    """Declare the pipelines' tables on ``app``; ``internal``: the names of the
-    pipelines' own tables (raw keys, JSON values, not queryable)."""
-    word_counts = app.Table(WORD_COUNTS, **_options(app, settings, WORD_COUNTS))
-    inventory = app.Table(INVENTORY, **_options(app, settings, INVENTORY))
-    sales_table: Any = app.Table(SALES_BY_CATEGORY, **_options(app, settings, SALES_BY_CATEGORY))
-    # Declared windowed for its changelog's retention (compact,delete, the windows'
-    # retention); the engine writes its window keys itself (tables/windows.py).
-    sales = sales_table.tumbling(
-        timedelta(seconds=SALES_WINDOW_S),
-        expires=timedelta(days=settings.window_retention_days),
-    ).relative_to_stream()
-    unsettled = app.Table(UNSETTLED_SALES, **_options(app, settings, UNSETTLED_SALES))
-    own = {
-        name: app.Table(
-            name,
-            # Expired records leave tombstones; rolling segments every 10 minutes lets
-            # the broker compact them away instead of keeping a week of history.
-            extra_topic_configs={"segment.ms": str(10 * 60 * 1000)},
-            **_options(app, settings, name),
-        )
-        for name in internal
-    }
-    return Tables(word_counts, inventory, sales, unsettled, own)
+def _declare(app: faust.App, settings: Settings, spec: TableSpec) -> Any:
+    config = dict(spec.changelog_config)
+    table: Any = app.Table(
+        spec.name, extra_topic_configs=config or None, **_options(app, settings, spec.name)
+    )
+    if CONTRACT_TABLES.get(spec.name) == "windowed":
+        # Declared windowed for its changelog's retention (compact,delete, the windows'
+        # retention); the engine writes its window keys itself (tables/windows.py).
+        table = table.tumbling(
+            timedelta(seconds=SALES_WINDOW_S),
+            expires=timedelta(days=settings.window_retention_days),
+        ).table
+    return table
+
+
+def declare_tables(app: faust.App, settings: Settings, specs: Iterable[TableSpec]) -> Tables:
+    """Declare on ``app`` every table the pipelines write (``specs``, by name: the first
+    spec of a name declares it; any spec marks it queryable)."""
+    declared: dict[str, Any] = {}
+    queryable: dict[str, TableInfo] = {}
+    for spec in specs:
+        if spec.name not in declared:
+            declared[spec.name] = _declare(app, settings, spec)
+        if spec.queryable or spec.name in CONTRACT_TABLES:
+            table = declared[spec.name]
+            kind = CONTRACT_TABLES.get(spec.name, "table")
+            window_ms = round(table.window.size * 1000) if kind == "windowed" else None
+            queryable[spec.name] = TableInfo(spec.name, kind, table, window_ms)
+    return Tables(declared, queryable)

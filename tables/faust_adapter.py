@@ -30,6 +30,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from functools import cached_property
 from importlib.metadata import version
 from typing import Any
 
@@ -85,6 +86,15 @@ def check_versions(found: Mapping[str, str] | None = None) -> None:
 
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     read_committed = False
+
+    def verify_event_path(self, now: float, tp: Any) -> None:
+        """faust's stall detector, for the changelogs only: it judges a partition by
+        faust's own streams and acks, which the engine's source records never pass
+        through (the engine reports its lag itself)."""
+        engine = getattr(self.consumer.app, "engine", None)
+        if engine is not None and tp.topic in engine.topics:
+            return None
+        return super().verify_event_path(now, tp)
 
     def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
@@ -150,6 +160,29 @@ def broker_connected(app: faust.App) -> bool | None:
 async def _in_thread(app: faust.App, fun: Any, *args: Any) -> Any:
     consumer: Any = app.consumer
     return await consumer._thread.call_thread(fun, *args)
+
+
+class EngineApp(faust.App):
+    """faust.App whose source records go to the engine: its transport's group consumer
+    reads ``read_committed`` when asked to, and its fetcher is :class:`EngineFetcher`."""
+
+    #: under exactly_once the group's consumer reads committed records only
+    read_committed: bool = False
+
+    def _new_transport(self) -> Any:
+        return EngineTransport(self.conf.broker_consumer, self)
+
+    @cached_property
+    def _fetcher(self) -> Any:
+        return EngineFetcher(self, loop=self.loop, beacon=self.consumer.beacon)
+
+
+def internal_channels(app: faust.App) -> list[Any]:
+    """faust's own topics: every table's changelog, and the leader assignor's topic."""
+    channels: list[Any] = [table.changelog_topic for table in app.tables.values()]
+    leader: Any = app._leader_assignor
+    channels.append(leader._leader_topic)
+    return channels
 
 
 # -- the fetch loop ----------------------------------------------------------------------
@@ -291,11 +324,13 @@ class FaustConnector:
 
         async def seek() -> None:
             assert consumer is not None
+            # A partition with nothing committed starts at its log start, sought to as an
+            # offset: a pending reset would leave the partition without a position.
+            fresh = [KafkaTP(*tp) for tp, offset in offsets.items() if offset is None]
+            starts = await consumer.beginning_offsets(fresh) if fresh else {}
             for tp, offset in offsets.items():
-                if offset is None:
-                    await consumer.seek_to_beginning(KafkaTP(*tp))
-                else:
-                    consumer.seek(KafkaTP(*tp), offset)
+                ktp = KafkaTP(*tp)
+                consumer.seek(ktp, starts[ktp] if offset is None else offset)
 
         await _in_thread(self.app, seek)
 

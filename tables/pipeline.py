@@ -242,10 +242,17 @@ def _merge(
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A table a pipeline writes: its name and whether batches scan it by prefix."""
+    """A table a pipeline writes.
+
+    ``ordered``: batches scan it by prefix. ``queryable``: the HTTP API serves it under
+    ``/tables/{name}`` (a pipeline's internal state is not). ``changelog_config``: topic
+    configuration of its changelog beyond faust's compaction.
+    """
 
     name: str
     ordered: bool = False
+    queryable: bool = False
+    changelog_config: tuple[tuple[str, str], ...] = ()
 
 
 #: The batch function of a pipeline.
@@ -273,6 +280,20 @@ class Pipeline:
     def __post_init__(self) -> None:
         if not self.reads:
             raise ValueError(f"pipeline {self.name}: reads no topic")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the composition root passes to each pipeline module's ``pipelines()``."""
+
+    #: partitions of every topic and table
+    partitions: int
+    #: largest accepted record value, in bytes
+    max_event_bytes: int
+    #: how long windowed tables keep a window, in ms
+    window_retention_ms: int
+    #: the product catalogue (``category_at(sku, at_ms)``)
+    catalogue: Any = None
 
 
 @dataclass

@@ -79,6 +79,7 @@ def _parameters(function: Any) -> list[str]:
         (faust_aiokafka.Consumer, "_new_consumer_thread", ["self"]),
         (faust_aiokafka.AIOKafkaConsumerThread, "_create_worker_consumer", ["self", "transport"]),
         (faust_aiokafka.AIOKafkaConsumerThread, "call_thread", None),
+        (faust_aiokafka.AIOKafkaConsumerThread, "verify_event_path", ["self", "now", "tp"]),
         (faust_aiokafka.Transport, "Consumer", None),
         (RocksStore, "_db_for_partition", ["self", "partition"]),
         (RocksStore, "persisted_offset", ["self", "tp"]),
@@ -90,10 +91,14 @@ def _parameters(function: Any) -> list[str]:
         (TableManager, "recovery", None),
         (TableManager, "_update_channels", None),
         (faust.App, "consumer_generation_id", None),
+        (faust.App, "_new_transport", ["self"]),
+        (faust.App, "_fetcher", None),
+        (faust.App, "_leader_assignor", None),
         (faust.App, "rebalancing", None),
         (faust.App, "on_partitions_revoked", None),
         (faust.App, "crash", None),
         (AIOKafkaConsumer, "committed", ["self", "partition"]),
+        (AIOKafkaConsumer, "beginning_offsets", ["self", "partitions"]),
     ],
 )
 def test_faust_and_aiokafka_have_what_the_adapter_uses(

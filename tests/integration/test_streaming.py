@@ -25,6 +25,7 @@ from tests.support.kafka import LocalKafka, local_kafka
 from tests.support.kafka_io import (
     changelog_records,
     changelog_state,
+    committed_records,
     produce,
     read_topic,
     wait_equal,
@@ -318,21 +319,6 @@ def test_an_exactly_once_restart_restores_every_table_before_it_goes_on(
         no_agent_crashed(worker)
     finally:
         worker.stop()
-
-
-def committed_records(bootstrap: str, group: str, topic: str) -> int:
-    """The sum of ``group``'s committed offsets on ``topic``."""
-
-    async def read() -> int:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            offsets = await admin.list_consumer_group_offsets(group)
-        finally:
-            await admin.close()
-        return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic)
-
-    return asyncio.run(read())
 
 
 def group_lag(bootstrap: str, group: str) -> dict[str, int]:

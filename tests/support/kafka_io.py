@@ -187,3 +187,18 @@ def _diff(got: Any, want: Any) -> str:
         shown = "; ".join(f"{k!r}: got {g!r}, want {w!r}" for k, g, w in wrong[:5])
         return f"{len(wrong)} of {len(keys)} keys differ ({shown})"
     return f"got {got!r}, want {want!r}"
+
+
+def committed_records(bootstrap: str, group: str, topic: str) -> int:
+    """The sum of ``group``'s committed offsets on ``topic``."""
+
+    async def read() -> int:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            offsets = await admin.list_consumer_group_offsets(group)
+        finally:
+            await admin.close()
+        return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic)
+
+    return asyncio.run(read())

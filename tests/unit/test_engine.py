@@ -21,7 +21,7 @@ from agents.words import REPARTITION_TOPIC, pipelines
 from app.topics import TEXT_LINES, dlq_topic
 from tables.definitions import WORD_COUNTS
 from tables.engine import POSITION_KEY, TP, Engine, EngineFailure
-from tables.pipeline import ERROR_HEADER, Batch, Output, Pipeline, Record, TableSpec
+from tables.pipeline import ERROR_HEADER, Batch, Context, Output, Pipeline, Record, TableSpec
 
 PARTITIONS = 2
 
@@ -176,7 +176,7 @@ def run(engine: Engine, connector: LogConnector, limit: int = 3, cycles: int = 1
 
 def word_engine(connector: LogConnector, table: MemoryTable) -> Engine:
     return Engine(
-        pipelines(PARTITIONS, 1000),
+        pipelines(Context(PARTITIONS, max_event_bytes=1000, window_retention_ms=0)),
         {WORD_COUNTS: table},
         connector,
         exactly_once=connector.exactly_once,
