@@ -14,13 +14,16 @@ cycle); a crash in between processes the cycle again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
+from app.topics import partition_for
 from tables.engine import TP
 from tables.pipeline import Output
 
@@ -41,24 +44,69 @@ def producer_options(bootstrap: str) -> dict[str, Any]:
     }
 
 
-async def _send_all(producer: AIOKafkaProducer, outputs: Sequence[Output]) -> dict[TP, int]:
-    futures = []
+@functools.lru_cache(maxsize=1 << 16)
+def _keyed_partition(key: bytes, partitions: int) -> int:
+    """The default partitioner's choice for a keyed record (murmur2, as the Java client)."""
+    return partition_for(key, partitions)
+
+
+async def _partitioned(
+    producer: AIOKafkaProducer, outputs: Sequence[Output]
+) -> dict[TP, list[Output]]:
+    """The outputs grouped by the partition they go to, in order."""
+    counts: dict[str, int] = {}
+    grouped: dict[TP, list[Output]] = {}
     for out in outputs:
-        futures.append(
-            await producer.send(
-                out.topic,
-                out.value,
-                key=out.key,
-                partition=out.partition,
-                timestamp_ms=out.timestamp_ms,
-                headers=out.headers,
-            )
-        )
+        partition = out.partition
+        if partition is None:
+            count = counts.get(out.topic)
+            if count is None:
+                count = counts[out.topic] = len(await producer.partitions_for(out.topic))
+            if out.key is None:
+                partition = random.randrange(count)
+            else:
+                partition = _keyed_partition(out.key, count)
+        grouped.setdefault(TP(out.topic, partition), []).append(out)
+    return grouped
+
+
+def _append(batch: Any, out: Output) -> bool:
+    appended = batch.append(
+        key=out.key, value=out.value, timestamp=out.timestamp_ms, headers=out.headers or []
+    )
+    return appended is not None
+
+
+async def _send_partition(
+    producer: AIOKafkaProducer, tp: TP, records: Sequence[Output]
+) -> list[tuple[int, asyncio.Future[Any]]]:
+    """Queue one partition's records as record batches: (records, delivery) per batch."""
+    sent: list[tuple[int, asyncio.Future[Any]]] = []
+    batch, count = producer.create_batch(), 0
+    for out in records:
+        if not _append(batch, out):  # the batch is full: send it, start the next
+            if count:
+                sent.append(
+                    (count, await producer.send_batch(batch, tp.topic, partition=tp.partition))
+                )
+                batch, count = producer.create_batch(), 0
+            if not _append(batch, out):
+                raise ValueError(f"a record for {tp.topic} exceeds the producer's batch size")
+        count += 1
+    sent.append((count, await producer.send_batch(batch, tp.topic, partition=tp.partition)))
+    return sent
+
+
+async def _send_all(producer: AIOKafkaProducer, outputs: Sequence[Output]) -> dict[TP, int]:
+    """Produce ``outputs`` as one record batch per partition (more when a batch fills),
+    and wait until Kafka holds them all. Returns the last offset written per partition."""
+    sent: list[tuple[TP, int, asyncio.Future[Any]]] = []
+    for tp, records in (await _partitioned(producer, outputs)).items():
+        sent += [(tp, n, future) for n, future in await _send_partition(producer, tp, records)]
     written: dict[TP, int] = {}
-    for metadata in await asyncio.gather(*futures):
-        tp = TP(metadata.topic, metadata.partition)
-        if metadata.offset > written.get(tp, -1):
-            written[tp] = metadata.offset
+    for tp, count, future in sent:
+        metadata = await future
+        written[tp] = max(written.get(tp, -1), metadata.offset + count - 1)
     return written
 
 
