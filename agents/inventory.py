@@ -49,7 +49,7 @@ def apply_store_events(batch: Batch, *, catalogue: Catalogue, max_bytes: int) ->
     sums: dict[tuple[str, int], list[Any]] = {}
     for record in batch.of(ITEM_EVENTS):
         try:
-            item = parse_item_event(record.value, max_bytes)
+            item = batch.parsed(record, parse_item_event, max_bytes)
             check_key(record.key, item.store_id, "store_id")
         except InvalidEvent as error:
             batch.dead_letter(record, error.reason)

@@ -59,7 +59,7 @@ def settle(batch: Batch, *, max_bytes: int, window: JoinWindow = SETTLE_WINDOW) 
     result = JoinResult()
     for record in batch.of(ITEM_EVENTS):
         try:
-            item = parse_item_event(record.value, max_bytes)
+            item = batch.parsed(record, parse_item_event, max_bytes)
             check_key(record.key, item.store_id, "store_id")
         except InvalidEvent:
             # inventory.apply_store_events reads the same records and dead-letters the

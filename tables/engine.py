@@ -191,6 +191,8 @@ class Task:
         self.figures = figures
         self.checkpoint = Checkpoint()
         self.caches: dict[str, Any] = {}
+        #: records parsed in the current cycle (Batch.parsed)
+        self.parses: dict[Any, Any] = {}
         #: table -> the source topics of the pipelines that write it
         self.feeds: dict[str, set[str]] = {}
         for pipeline in pipelines:
@@ -219,6 +221,7 @@ class Task:
         }
         outputs: list[Output] = []
         fed: set[str] = set()
+        self.parses = {}
         for pipeline in self.pipelines:
             mine = {topic: records[topic] for topic in pipeline.reads if topic in records}
             if mine:
@@ -291,7 +294,7 @@ class Task:
         if cache is None and pipeline.cache is not None:
             cache = self.caches[pipeline.name] = pipeline.cache()
         tables = {spec.name: views[spec.name].child() for spec in pipeline.writes}
-        return Batch(pipeline.name, self.partition, records, tables, cache)
+        return Batch(pipeline.name, self.partition, records, tables, cache, self.parses)
 
     def _keep(self, batch: Batch) -> None:
         for view in batch.tables.values():

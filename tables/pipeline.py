@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from sortedcontainers import SortedDict
@@ -87,6 +87,16 @@ def encode(value: Any) -> bytes:
 
 def decode(raw: bytes) -> Any:
     return orjson.loads(raw)
+
+
+T = TypeVar("T")
+
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    error: Exception
 
 
 class _Deleted:
@@ -305,6 +315,8 @@ class Batch:
     records: Mapping[str, Sequence[SourceRecord]]
     tables: Mapping[str, TableView]
     cache: Any = None
+    #: parsed records of this cycle, shared by every pipeline that reads the same topic
+    parses: dict[Any, Any] = field(default_factory=dict)
     outputs: list[Output] = field(default_factory=list)
     #: per source topic, the records sent to its dead-letter topic
     dead_lettered: dict[str, int] = field(default_factory=dict)
@@ -321,6 +333,23 @@ class Batch:
 
     def all_records(self) -> Iterator[SourceRecord]:
         return itertools.chain.from_iterable(self.records.values())
+
+    def parsed(
+        self, record: SourceRecord, parse: Callable[[bytes | None, int], T], limit: int
+    ) -> T:
+        """``parse(record.value, limit)``, worked out once per record and cycle for all
+        the pipelines that read its topic (an exception is raised again each time)."""
+        key = (parse, limit, record.topic, record.partition, record.offset)
+        found = self.parses.get(key, _MISSING)
+        if found is _MISSING:
+            try:
+                found = parse(record.value, limit)
+            except Exception as error:
+                found = _Failed(error)
+            self.parses[key] = found
+        if isinstance(found, _Failed):
+            raise found.error
+        return found  # type: ignore[no-any-return]
 
     def send(
         self,

@@ -270,6 +270,39 @@ def test_a_record_that_raises_goes_to_its_dead_letter_topic_and_the_rest_take_ef
     assert engine.figures.failed_records["boom"] == 1
 
 
+def test_pipelines_reading_one_topic_parse_each_record_once_per_cycle() -> None:
+    calls: Counter[bytes] = Counter()
+
+    def parse(raw: bytes | None, limit: int) -> int:
+        assert raw is not None
+        calls[raw] += 1
+        if raw == b"x":
+            raise ValueError("not a number")
+        return int(raw)
+
+    def summing(name: str) -> Pipeline:
+        def process(batch: Batch) -> None:
+            table = batch.table(name)
+            for record in batch.of("in"):
+                try:
+                    n = batch.parsed(record, parse, 10)
+                except ValueError:
+                    continue
+                table.put(b"sum", (table.get(b"sum") or 0) + n)
+
+        return Pipeline(name, reads=("in",), writes=(TableSpec(name),), process=process)
+
+    log, first, second = Log(), MemoryTable("first"), MemoryTable("second")
+    for value in [b"1", b"2", b"x", b"4"]:
+        log.append(TP("in", 0), None, value)
+    connector = LogConnector(log, exactly_once=True)
+    tables = {"first": first, "second": second}
+    engine = Engine([summing("first"), summing("second")], tables, connector, exactly_once=True)
+    run(engine, connector, limit=10)
+    assert first.values() == second.values() == {b"sum": 7}
+    assert calls == {b"1": 1, b"2": 1, b"x": 1, b"4": 1}
+
+
 @pytest.mark.parametrize("fail_at", [1, 2, 4, 7])
 def test_a_kafka_failure_stops_the_cycle_and_a_restart_resumes_exactly(fail_at: int) -> None:
     log, table = Log(), MemoryTable(WORD_COUNTS)
