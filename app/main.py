@@ -218,7 +218,13 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
     )
     stores = tables.stores()
     connector.watch_tables([store.changelog_topic for store in stores.values()])
-    engine = Engine(pipelines, stores, connector, exactly_once=exactly_once)
+    engine = Engine(
+        pipelines,
+        stores,
+        connector,
+        exactly_once=exactly_once,
+        partitions=settings.topic_partitions,
+    )
     # The group subscribes to every topic the engine reads.
     for name in sorted(engine.topics):
         app.topics.add(source_channel(app, name))

@@ -33,11 +33,9 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
-
-import orjson
 
 from tables.pipeline import (
     Batch,
@@ -48,12 +46,21 @@ from tables.pipeline import (
     TableView,
     dead_letter_record,
 )
+from tables.positions import (
+    POSITION_KEY,
+    Lineage,
+    Offsets,
+    Position,
+    decode_offsets,
+    encode_offsets,
+    merge_into,
+)
 
 logger = logging.getLogger(__name__)
 
-#: The key under which each table partition keeps the position of the task that writes
-#: it. Not valid UTF-8, so no table key (raw UTF-8 or JSON) can be equal to it.
-POSITION_KEY = b"\xff\xffstreamstate.position"
+#: Called after a cycle's writes reach a table partition's store: (table, partition,
+#: the changes, None deleting, :data:`POSITION_KEY` among them).
+Listener = Callable[[str, int, Mapping[bytes, bytes | None]], None]
 
 
 class TP(NamedTuple):
@@ -79,6 +86,10 @@ class TableStore(Protocol):
         self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None
     ) -> None:
         """Write ``changes`` (None deletes) and the changelog offset, atomically."""
+        ...
+
+    def position(self, partition: int) -> bytes | None:
+        """The encoded :class:`~tables.positions.Position` a partition holds, if any."""
         ...
 
 
@@ -152,15 +163,6 @@ class Checkpoint:
     def update(self, offsets: Mapping[TP, int]) -> None:
         self.next.update(offsets)
 
-    def position(self, topics: Iterable[str]) -> dict[str, dict[str, int]]:
-        """The offsets of the given topics, as :data:`POSITION_KEY` holds them."""
-        wanted = set(topics)
-        found: dict[str, dict[str, int]] = {}
-        for tp, offset in sorted(self.next.items()):
-            if tp.topic in wanted and offset is not None:
-                found.setdefault(tp.topic, {})[str(tp.partition)] = offset
-        return found
-
 
 @dataclass
 class Figures:
@@ -183,22 +185,35 @@ class Task:
         tables: Mapping[str, TableStore],
         delivery: Delivery,
         figures: Figures,
+        *,
+        lineage: Lineage,
+        partitions: int,
+        listeners: Sequence[Listener] = (),
     ) -> None:
         self.partition = partition
         self.pipelines = pipelines
         self.tables = tables
         self.delivery = delivery
         self.figures = figures
+        self.lineage = lineage
+        #: partitions of every topic (the repartition topics' position records go to each)
+        self.partitions = partitions
+        self.listeners = listeners
         self.checkpoint = Checkpoint()
         self.caches: dict[str, Any] = {}
         #: records parsed in the current cycle (Batch.parsed)
         self.parses: dict[Any, Any] = {}
-        #: table -> the source topics of the pipelines that write it
-        self.feeds: dict[str, set[str]] = {}
-        for pipeline in pipelines:
-            for spec in pipeline.writes:
-                self.feeds.setdefault(spec.name, set()).update(pipeline.reads)
+        #: per repartition topic read, the source offsets its applied records carried
+        self.upstream: dict[str, Offsets] = {}
         self._ordered = {spec.name for p in pipelines for spec in p.writes if spec.ordered}
+
+    def load_positions(self) -> None:
+        """Take the upstream offsets the task's table partitions hold (a new task)."""
+        for store in self.tables.values():
+            raw = store.position(self.partition)
+            if raw is not None:
+                for topic, offsets in Position.decode(raw).upstream.items():
+                    merge_into(self.upstream.setdefault(topic, {}), offsets)
 
     # -- one cycle --------------------------------------------------------------------
 
@@ -215,6 +230,8 @@ class Task:
         if not offsets:
             return {}
         records = {tp.topic: rs for tp, rs in pending.items() if rs}
+        for topic in self.lineage.internal & records.keys():
+            records[topic] = self._take_positions(topic, records[topic])
         views = {
             name: TableView(name, store.partition(self.partition), ordered=name in self._ordered)
             for name, store in self.tables.items()
@@ -226,9 +243,59 @@ class Task:
             mine = {topic: records[topic] for topic in pipeline.reads if topic in records}
             if mine:
                 outputs.extend(self._apply(pipeline, mine, views))
+                outputs.extend(self._position_records(pipeline, offsets))
                 fed.update(spec.name for spec in pipeline.writes)
         await self.commit(views, fed, outputs, offsets)
         return offsets
+
+    def _take_positions(
+        self, topic: str, records: Sequence[SourceRecord]
+    ) -> Sequence[SourceRecord]:
+        """The data records of a repartition topic; its position records are taken in."""
+        if not any(record.key == POSITION_KEY for record in records):
+            return records
+        offsets = self.upstream.setdefault(topic, {})
+        for record in records:
+            if record.key == POSITION_KEY and record.value is not None:
+                merge_into(offsets, decode_offsets(record.value))
+        return [record for record in records if record.key != POSITION_KEY]
+
+    def _offset(self, topic: str, moved: Mapping[TP, int]) -> int | None:
+        tp = TP(topic, self.partition)
+        found = moved.get(tp)
+        return found if found is not None else self.checkpoint.next.get(tp)
+
+    def _held(self, topics: frozenset[str], moved: Mapping[TP, int]) -> Offsets:
+        """The offsets of ``topics`` (this task's partition) and of the sources upstream
+        of the repartition topics among them."""
+        held: Offsets = {}
+        for topic in topics:
+            offset = self._offset(topic, moved)
+            if offset is not None:
+                merge_into(held, {topic: {self.partition: offset}})
+            if topic in self.lineage.internal:
+                merge_into(held, self.upstream.get(topic, {}))
+        return held
+
+    def _position_records(self, pipeline: Pipeline, moved: Mapping[TP, int]) -> list[Output]:
+        """One record per partition of each repartition topic ``pipeline`` sends to, with
+        the source offsets its cycle has applied."""
+        relays = self.lineage.internal.intersection(pipeline.produces)
+        if not relays:
+            return []
+        reads = frozenset(pipeline.reads)
+        carried = {t: o for t, o in self._held(reads, moved).items() if t not in relays}
+        value = encode_offsets(carried)
+        return [
+            Output(topic, POSITION_KEY, value, partition)
+            for topic in sorted(relays)
+            for partition in range(self.partitions)
+        ]
+
+    def _position(self, table: str) -> bytes:
+        feeds = self.lineage.feeds.get(table, frozenset())
+        upstream = {t: self.upstream[t] for t in feeds if t in self.upstream}
+        return Position(self._held(feeds, {}), upstream).encode()
 
     def _apply(
         self,
@@ -319,8 +386,7 @@ class Task:
         for name, view in views.items():
             if len(view) or name in fed:
                 table_changes = view.changes()
-                position = self.checkpoint.position(self.feeds.get(name, ()))
-                table_changes[POSITION_KEY] = orjson.dumps(position)
+                table_changes[POSITION_KEY] = self._position(name)
                 changes[name] = table_changes
         records = [
             Output(self.tables[name].changelog_topic, key, value, self.partition)
@@ -340,6 +406,12 @@ class Task:
                 store.apply(self.partition, items, offset)
         except Exception as exc:
             raise EngineFailure(f"task {self.partition}: the store failed: {exc!r}") from exc
+        for name, items in changes.items():
+            for listener in self.listeners:
+                try:
+                    listener(name, self.partition, items)
+                except Exception:  # a listener must not stop the engine
+                    logger.exception("a listener failed on %s[%d]", name, self.partition)
 
 
 class Engine:
@@ -352,11 +424,17 @@ class Engine:
         connector: Connector,
         *,
         exactly_once: bool,
+        partitions: int,
     ) -> None:
         self.pipelines = list(pipelines)
         self.tables = dict(tables)
         self.connector = connector
         self.exactly_once = exactly_once
+        self.partitions = partitions
+        self.lineage = Lineage.of(self.pipelines)
+        #: called after each cycle's writes reach a table partition (the query layer's
+        #: waits and change streams)
+        self.listeners: list[Listener] = []
         self.topics = frozenset(topic for p in pipelines for topic in p.reads)
         written = {spec.name for p in pipelines for spec in p.writes}
         if missing := written - set(tables):
@@ -428,7 +506,17 @@ class Engine:
         except Exception:
             await delivery.close()
             raise
-        task = Task(partition, self.pipelines, self.tables, delivery, self.figures)
+        task = Task(
+            partition,
+            self.pipelines,
+            self.tables,
+            delivery,
+            self.figures,
+            lineage=self.lineage,
+            partitions=self.partitions,
+            listeners=self.listeners,
+        )
+        task.load_positions()
         task.checkpoint.update({tp: o for tp, o in committed.items() if o is not None})
         for tp, offset in committed.items():
             task.checkpoint.next.setdefault(tp, offset)

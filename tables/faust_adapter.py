@@ -46,7 +46,8 @@ from mode import Service
 from rocksdict import WriteBatch
 
 from tables.delivery import SharedDelivery, TransactionalDelivery
-from tables.engine import POSITION_KEY, TP, Delivery, Engine, EngineFailure
+from tables.engine import TP, Delivery, Engine, EngineFailure
+from tables.positions import POSITION_KEY
 from tables.restore import RestoreStats, bulk_plan
 
 logger = logging.getLogger(__name__)
@@ -429,6 +430,10 @@ class FaustTableStore:
         if changelog_offset is not None:
             batch.put(self._store.offset_key, str(changelog_offset).encode())
         self._store._db_for_partition(partition).write(batch)
+
+    def position(self, partition: int) -> bytes | None:
+        found: bytes | None = self._store._db_for_partition(partition).get(POSITION_KEY)
+        return found
 
 
 def partition_db(table: Any, partition: int) -> Any:

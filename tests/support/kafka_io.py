@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.admin import partitions_of
-from tables.engine import POSITION_KEY
+from tables.positions import POSITION_KEY
 
 
 @dataclass(frozen=True)

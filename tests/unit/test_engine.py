@@ -20,8 +20,9 @@ from sortedcontainers import SortedDict
 from agents.words import REPARTITION_TOPIC, pipelines
 from app.topics import TEXT_LINES, dlq_topic
 from tables.definitions import WORD_COUNTS
-from tables.engine import POSITION_KEY, TP, Engine, EngineFailure
+from tables.engine import TP, Engine, EngineFailure
 from tables.pipeline import ERROR_HEADER, Batch, Context, Output, Pipeline, Record, TableSpec
+from tables.positions import POSITION_KEY, Lineage, Position, encode_offsets
 
 PARTITIONS = 2
 
@@ -106,6 +107,10 @@ class MemoryTable:
                 data[key] = value
         self.offsets[partition] = changelog_offset
 
+    def position(self, partition: int) -> bytes | None:
+        found: bytes | None = self.partitions.get(partition, SortedDict()).get(POSITION_KEY)
+        return found
+
     def values(self) -> dict[bytes, object]:
         return {
             k: orjson.loads(v)
@@ -180,6 +185,7 @@ def word_engine(connector: LogConnector, table: MemoryTable) -> Engine:
         {WORD_COUNTS: table},
         connector,
         exactly_once=connector.exactly_once,
+        partitions=PARTITIONS,
     )
 
 
@@ -210,16 +216,53 @@ def test_each_cycle_records_the_tasks_position_in_the_table_and_its_changelog() 
     lines(log, TEXTS)
     connector = LogConnector(log, exactly_once=True)
     run(word_engine(connector, table), connector)
+    # every partition of text-lines reaches every word_counts partition
+    text_ends = {str(p): len(log.records[TP(TEXT_LINES, p)]) for p in range(PARTITIONS)}
     for partition in range(PARTITIONS):
-        stored = orjson.loads(table.partitions[partition][POSITION_KEY])
-        assert stored == {
-            REPARTITION_TOPIC: {str(partition): log.committed[TP(REPARTITION_TOPIC, partition)]}
-        }
+        stored = Position.decode(table.partitions[partition][POSITION_KEY])
+        repartition = log.committed[TP(REPARTITION_TOPIC, partition)]
+        assert encode_offsets(stored.applied) == orjson.dumps(
+            {REPARTITION_TOPIC: {str(partition): repartition}, TEXT_LINES: text_ends}
+        )
+        assert encode_offsets(stored.upstream[REPARTITION_TOPIC]) == orjson.dumps(
+            {TEXT_LINES: text_ends}
+        )
         changelog = log.records[TP(table.changelog_topic, partition)]
         last_position = [r for r in changelog if r.key == POSITION_KEY][-1]
         assert last_position.value == table.partitions[partition][POSITION_KEY]
         # the store records the changelog offset it reaches
         assert table.offsets[partition] == changelog[-1].offset
+
+
+def test_position_records_reach_no_batch_function_and_a_new_task_starts_from_them() -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    want = lines(log, TEXTS[:2])
+    connector = LogConnector(log, exactly_once=True)
+    run(word_engine(connector, table), connector)
+    repartitioned = log.topic(REPARTITION_TOPIC)
+    assert any(r.key == POSITION_KEY for r in repartitioned)
+    assert table.values() == dict(want)  # no offsets counted as words
+    before = {p: Position.decode(table.partitions[p][POSITION_KEY]) for p in range(PARTITIONS)}
+    # A new worker on the same store: the upstream offsets come back from the table.
+    restarted = LogConnector(log, exactly_once=True)
+    engine = word_engine(restarted, table)
+    run(engine, restarted)
+    for partition, task in engine.tasks.items():
+        assert task.upstream == before[partition].upstream
+
+
+def test_the_lineage_names_each_tables_sources_and_how_they_reach_it() -> None:
+    from app.main import PIPELINE_MODULES, load_pipelines
+
+    context = Context(PARTITIONS, max_event_bytes=1000, window_retention_ms=0, catalogue=None)
+    lineage = Lineage.of(load_pipelines(PIPELINE_MODULES, context))
+    assert lineage.sources("word_counts") == {"text-lines": "upstream", "corrections": "direct"}
+    assert lineage.sources("inventory") == {"item-events": "direct", "corrections": "direct"}
+    assert lineage.sources("sales_by_category") == {
+        "item-events": "upstream",
+        "corrections": "direct",
+    }
+    assert lineage.sources("unsettled_sales") == {"item-events": "direct", "payments": "direct"}
 
 
 def test_the_changelog_holds_the_tables_latest_values() -> None:
@@ -256,7 +299,9 @@ def test_a_record_that_raises_goes_to_its_dead_letter_topic_and_the_rest_take_ef
     for value in [b"a", b"b", b"poison", b"a", b"c"]:
         log.append(TP("in", 0), None, value)
     connector = LogConnector(log, exactly_once=True)
-    engine = Engine([boom_on(b"poison")], {"t": table}, connector, exactly_once=True)
+    engine = Engine(
+        [boom_on(b"poison")], {"t": table}, connector, exactly_once=True, partitions=PARTITIONS
+    )
     run(engine, connector, limit=10)
     assert table.values() == {b"a": 2, b"b": 1, b"c": 1}
     assert [r.key for r in log.topic("out")] == [b"a", b"b", b"a", b"c"]
@@ -297,7 +342,13 @@ def test_pipelines_reading_one_topic_parse_each_record_once_per_cycle() -> None:
         log.append(TP("in", 0), None, value)
     connector = LogConnector(log, exactly_once=True)
     tables = {"first": first, "second": second}
-    engine = Engine([summing("first"), summing("second")], tables, connector, exactly_once=True)
+    engine = Engine(
+        [summing("first"), summing("second")],
+        tables,
+        connector,
+        exactly_once=True,
+        partitions=PARTITIONS,
+    )
     run(engine, connector, limit=10)
     assert first.values() == second.values() == {b"sum": 7}
     assert calls == {b"1": 1, b"2": 1, b"x": 1, b"4": 1}
@@ -387,4 +438,4 @@ def test_a_task_starts_from_the_committed_offsets_and_drops_what_was_fetched_bef
 def test_pipelines_must_declare_the_tables_they_write() -> None:
     connector = LogConnector(Log(), exactly_once=True)
     with pytest.raises(ValueError, match="undeclared tables"):
-        Engine([boom_on(b"x")], {}, connector, exactly_once=True)
+        Engine([boom_on(b"x")], {}, connector, exactly_once=True, partitions=PARTITIONS)
