@@ -28,13 +28,13 @@ from app.topics import topic_specs
 from jobs.cut import take_cut
 from jobs.recompute import EXIT_DIFFERS, EXIT_SAME, Options, run
 from ops.generator import SENTENCES, Catalogue, item_event
-from tests.support.kafka import ROOT, LocalKafka, local_kafka
+from tests.support.kafka import ROOT, TEST_PORT, LocalKafka, local_kafka
 from tests.support.kafka_io import changelog_state, read_topic, wait_for
 from tests.support.workers import Worker
 
 pytestmark = [pytest.mark.batch, pytest.mark.integration]
 
-PORT = 23092
+PORT = TEST_PORT + 2000
 PARTITIONS = 8
 EXTRA_LINES = [
     "İstanbul ǅemal ﬁne x²³ ٣٤ 東京タワー",

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 
 from app.semantics import tokenize
 from app.topics import partition_for
-from tests.support.kafka import LocalKafka, local_kafka
+from tests.support.kafka import TEST_PORT, LocalKafka, local_kafka
 from tests.support.kafka_io import changelog_state, produce, wait_for
 from tests.support.workers import Worker
 
@@ -79,7 +79,7 @@ def expected_words() -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with local_kafka("queries", port=22092) as kafka:
+    with local_kafka("queries", port=TEST_PORT + 1000) as kafka:
         base: Path = tmp_path_factory.mktemp("queries")
         env = {"STREAMSTATE_API_TOKEN": TOKEN}
         workers = [Worker(kafka, base / f"w{i}", extra_env=env).start() for i in range(3)]

@@ -21,7 +21,7 @@ import orjson
 import pytest
 from aiokafka.partitioner import murmur2
 
-from tests.support.kafka import LocalKafka, local_kafka
+from tests.support.kafka import TEST_PORT, LocalKafka, local_kafka
 from tests.support.kafka_io import changelog_state, produce, read_topic, wait_for
 from tests.support.workers import Worker
 
@@ -29,7 +29,8 @@ pytestmark = pytest.mark.integration
 
 #: Other suites use 21092/22092/23092. All test brokers listen below Linux's ephemeral port
 #: range (32768-60999), where a client connection can hold the port a broker binds.
-PORT = 24092
+#: A cluster of its own, beside the other test modules' (ports follow TEST_PORT).
+PORT = TEST_PORT + 3000
 PARTITIONS = 8
 MIN = 60_000
 WINDOW = 10 * MIN
