@@ -27,9 +27,9 @@ from tests.support.workers import Worker
 
 pytestmark = pytest.mark.integration
 
-#: Other suites use 21092/22092/23092. All test brokers listen below Linux's ephemeral port
-#: range (32768-60999), where a client connection can hold the port a broker binds.
-#: A cluster of its own, beside the other test modules' (ports follow TEST_PORT).
+#: A cluster of its own, beside the other test modules' (ports follow TEST_PORT). All
+#: test brokers listen below Linux's ephemeral port range (32768-60999), where a client
+#: connection can hold the port a broker binds.
 PORT = TEST_PORT + 3000
 PARTITIONS = 8
 MIN = 60_000
