@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -10,14 +11,20 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
+from api.changes import ChangeHub, Changes
 from api.errors import register_handlers
 from api.middleware import LatencyMiddleware
 from api.peers import Peers
+from api.positions import ConsistencyCollector, InputEnds, Positions, PositionWaits
 from api.queries import Queries
 from api.routes import health, internal, metadata, metrics, tables
 from api.routing import normalize_url
 from api.scans import Scans
 from app.metrics import WorkerCollector
+from app.topics import SOURCE_TOPICS
+
+#: How often reads waiting for a position look at the standby copies again, in seconds.
+STANDBY_RECHECK_S = 0.05
 
 
 def create_api(worker: Any) -> FastAPI:
@@ -30,9 +37,44 @@ def create_api(worker: Any) -> FastAPI:
         normalize_url(worker.conf.canonical_url), settings.api_token, settings.forward_timeout
     )
 
+    engine = worker.wiring.engine
+    ends = InputEnds(
+        settings.bootstrap_servers,
+        engine.topics,
+        settings.topic_partitions,
+        read_committed=settings.processing_guarantee == "exactly_once",
+    )
+    positions = Positions(engine.lineage, settings.topic_partitions, SOURCE_TOPICS, ends)
+    waits = PositionWaits()
+    hub = ChangeHub()
+
+    def after_cycle(table: str, partition: int, changes: Any) -> None:
+        waits.notify()
+        hub.on_cycle(table, partition, changes)
+
+    engine.listeners.append(after_cycle)
+
+    async def on_revoked(sender: Any, *args: Any, **kwargs: Any) -> None:
+        hub.moved()
+
+    worker.on_partitions_revoked.connect(on_revoked, weak=False)
+
+    async def recheck_waits() -> None:
+        # Standby copies move when faust flushes their changelog records, which calls no
+        # listener: reads waiting for a position look again now and then.
+        while True:
+            await asyncio.sleep(STANDBY_RECHECK_S)
+            if waits.waiting:
+                waits.notify()
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        ends.start()
+        rechecks = asyncio.ensure_future(recheck_waits())
         yield
+        rechecks.cancel()
+        hub.moved()
+        await ends.stop()
         await peers.close()
 
     api = FastAPI(
@@ -43,10 +85,13 @@ def create_api(worker: Any) -> FastAPI:
         lifespan=lifespan,
     )
     api.state.worker = worker
-    api.state.queries = queries = Queries(worker, peers)
+    api.state.hub = hub
+    api.state.queries = queries = Queries(worker, peers, positions, waits)
     api.state.scans = Scans(queries)
+    api.state.changes = Changes(queries, hub)
     api.state.worker_registry = registry = CollectorRegistry(auto_describe=False)
     registry.register(WorkerCollector(worker))
+    registry.register(ConsistencyCollector(waits, hub))
     register_handlers(api)
     api.add_middleware(LatencyMiddleware)
     for module in (health, tables, metadata, internal, metrics):

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from api.changes import Changes
 from api.errors import Unauthorized
 from api.peers import FORWARDED_HEADER
 from api.queries import Queries
@@ -27,6 +28,11 @@ def get_queries(request: Request) -> Queries:
 def get_scans(request: Request) -> Scans:
     scans: Scans = request.app.state.scans
     return scans
+
+
+def get_changes(request: Request) -> Changes:
+    changes: Changes = request.app.state.changes
+    return changes
 
 
 def get_table(table: str, queries: Annotated[Queries, Depends(get_queries)]) -> QueryTable:
@@ -58,5 +64,6 @@ def require_token(
 Worker = Annotated[Any, Depends(get_worker)]
 QueriesDep = Annotated[Queries, Depends(get_queries)]
 ScansDep = Annotated[Scans, Depends(get_scans)]
+ChangesDep = Annotated[Changes, Depends(get_changes)]
 Table = Annotated[QueryTable, Depends(get_table)]
 ForwardedBy = Annotated[str | None, Depends(forwarded_by)]

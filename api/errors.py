@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 
 class QueryError(Exception):
-    """An error with its HTTP status; ``detail`` is what the client reads."""
+    """An error with its HTTP status; ``detail`` is what the client reads, ``extra`` more
+    fields of the answer."""
 
     status = 500
 
-    def __init__(self, detail: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        detail: str,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.headers = headers or {}
+        self.extra = extra or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.detail, **self.extra}
 
 
 class BadRequest(QueryError):
@@ -39,17 +51,26 @@ class NotHeldHere(QueryError):
 
 
 class NoReplica(QueryError):
-    """No copy of a partition could answer: the owner and every standby failed."""
+    """No copy of a partition could answer: the owner and every standby failed, or none
+    is within the read's staleness bound."""
 
     status = 503
 
-    def __init__(self, detail: str, retry_after: int = 1) -> None:
-        super().__init__(detail, {"Retry-After": str(retry_after)})
+    def __init__(
+        self, detail: str, retry_after: int = 1, extra: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(detail, {"Retry-After": str(retry_after)}, extra)
+
+
+class NotYet(QueryError):
+    """No copy reached the position a read waited for within its timeout (504)."""
+
+    status = 504
 
 
 async def _handle(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, QueryError)
-    return JSONResponse({"detail": error.detail}, error.status, headers=error.headers)
+    return JSONResponse(error.body(), error.status, headers=error.headers)
 
 
 def register_handlers(api: FastAPI) -> None:

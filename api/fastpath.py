@@ -1,12 +1,14 @@
 """A lean path for the most frequent request: a plain key read.
 
-``GET /tables/{table}/keys/{key}`` without a query string, on a table that is not
-windowed, with the right bearer token (when one is set), is answered here by the same
-:class:`~api.queries.Queries` the FastAPI route uses, without FastAPI's routing,
+``GET /tables/{table}/keys/{key}``, with no query parameters but the consistency ones
+(``consistent_with``, ``timeout_ms``, ``max_lag_records``, ``max_lag_ms``), on a table
+that is not windowed, with the right bearer token (when one is set), is answered here by
+the same :class:`~api.queries.Queries` the FastAPI route uses, without FastAPI's routing,
 dependency injection and response classes: those cost more per read than the read.
-Everything else (other routes, windowed reads, query parameters, a missing or wrong token,
-a key FastAPI or :func:`~api.queries.encode_key` would refuse) goes to the FastAPI app
-unchanged, which answers it, errors included, exactly as before.
+Everything else (other routes, change streams, windowed reads, other query parameters,
+values FastAPI would refuse, a missing or wrong token, a key FastAPI or
+:func:`~api.queries.encode_key` would refuse) goes to the FastAPI app unchanged, which
+answers it, errors included, exactly as before.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from __future__ import annotations
 import hmac
 import time
 from typing import Any
+from urllib.parse import parse_qsl
 
 import orjson
 
 from api.errors import QueryError
 from api.peers import FORWARDED_HEADER
-from api.queries import MAX_KEY_BYTES, Answer
+from api.queries import MAX_KEY_BYTES, MAX_WAIT_MS, Answer, ReadOptions
+from api.tokens import MAX_TOKEN_CHARS
 from app.metrics import QUERY_LATENCY
 
 #: The route template the FastAPI app reports for key reads (the latency metric's label).
@@ -27,6 +31,8 @@ KEY_ROUTE = "/tables/{table}/keys/{key:path}"
 _PREFIX = "/tables/"
 _KEYS = "/keys/"
 _FORWARDED = FORWARDED_HEADER.lower().encode("latin-1")
+_CHANGES = "/changes"
+_OPTIONS = frozenset({"consistent_with", "timeout_ms", "max_lag_records", "max_lag_ms"})
 
 
 class KeyReads:
@@ -40,8 +46,8 @@ class KeyReads:
         if (
             scope["type"] != "http"
             or scope["method"] != "GET"
-            or scope["query_string"]
             or not scope["path"].startswith(_PREFIX)
+            or scope["path"].endswith(_CHANGES)
         ):
             await self.api(scope, receive, send)
             return
@@ -79,6 +85,9 @@ class KeyReads:
         table_name, sep, key = scope["path"][len(_PREFIX) :].partition(_KEYS)
         if not sep or not table_name or "/" in table_name or not key or len(key) > MAX_KEY_BYTES:
             return None
+        options = read_options(scope["query_string"])
+        if options is None:
+            return None
         state = self.api.state
         queries = state.queries
         table = queries.tables.get(table_name)
@@ -94,14 +103,14 @@ class KeyReads:
         if not _authorized(state.worker.settings.api_token, authorization):
             return None
         try:
-            query = queries.query(table, key, None, None, None)
+            query = queries.query(table, key, None, None, None, options)
         except QueryError:
             return None
         try:
             answer: Answer = await queries.read(query, forwarded)
         except QueryError as error:
             headers = [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
-            return error.status, orjson.dumps({"detail": error.detail}), headers
+            return error.status, orjson.dumps(error.body()), headers
         return (
             answer.status,
             orjson.dumps(answer.body),
@@ -110,6 +119,33 @@ class KeyReads:
                 (b"x-replica", answer.replica.encode()),
             ],
         )
+
+
+def read_options(query_string: bytes) -> ReadOptions | None:
+    """The consistency parameters of a query string, or None when it holds anything else
+    (or a value the FastAPI route would refuse: FastAPI answers those)."""
+    if not query_string:
+        return ReadOptions()
+    try:
+        pairs = parse_qsl(query_string.decode("latin-1"), strict_parsing=True)
+    except ValueError:
+        return None
+    found: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in found or name not in _OPTIONS:
+            return None
+        if name == "consistent_with":
+            if len(value) > MAX_TOKEN_CHARS:
+                return None
+            found[name] = value
+            continue
+        if not value.isascii() or not value.isdigit():
+            return None
+        number = int(value)
+        if name == "timeout_ms" and number > MAX_WAIT_MS:
+            return None
+        found[name] = number
+    return ReadOptions(**found)
 
 
 def _authorized(expected: str | None, authorization: bytes | None) -> bool:

@@ -18,6 +18,7 @@ from faust.types import TP
 
 from api.routing import QueryTable
 from tables.faust_adapter import internal_keys, partition_db, persisted_offset
+from tables.positions import POSITION_KEY
 from tables.windows import key_prefix, name_prefix, parse_window_key
 
 Replica = Literal["active", "standby"]
@@ -48,6 +49,11 @@ class LocalCopy:
     def get(self, key: bytes) -> Any | None:
         raw = self.db.get(key)
         return None if raw is None else orjson.loads(raw)
+
+    def stored_position(self) -> bytes | None:
+        """The encoded position this copy holds (:mod:`tables.positions`)."""
+        found: bytes | None = self.db.get(POSITION_KEY)
+        return found
 
     def windows(self, key: str) -> list[Window]:
         """Every retained window of ``key``, oldest first."""

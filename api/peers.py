@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 
 #: Marks a request sent by a worker; its value is the sender's canonical URL.
 FORWARDED_HEADER = "X-Streamstate-Forwarded"
+#: Longest silence on a relayed change stream (its heartbeats come every 15 s).
+STREAM_READ_S = 40.0
 
 
 def quote_segment(segment: str) -> str:
@@ -68,14 +70,18 @@ class Peers:
         return headers
 
     async def get(
-        self, base: str, path: str, params: dict[str, Any], *, purpose: str
+        self, base: str, path: str, params: dict[str, Any], *, purpose: str, wait: float = 0.0
     ) -> PeerAnswer | None:
         """GET ``base + path`` (``path`` already percent-encoded); None when the peer
-        cannot be reached or does not answer in time."""
+        cannot be reached or does not answer in time (``wait`` seconds more than the
+        usual timeout for a read that may wait for a position)."""
         query = urlencode({k: v for k, v in params.items() if v is not None})
         target = URL(f"{base}{path}" + (f"?{query}" if query else ""), encoded=True)
+        timeout = aiohttp.ClientTimeout(total=self.timeout + wait) if wait else None
         try:
-            async with self._client().get(target, allow_redirects=False) as response:
+            async with self._client().get(
+                target, allow_redirects=False, timeout=timeout
+            ) as response:
                 raw = await response.read()
                 headers = dict(response.headers)
                 status = response.status
@@ -90,6 +96,35 @@ class Peers:
             body = None
         FORWARDS.labels(purpose=purpose, outcome=str(status)).inc()
         return PeerAnswer(base, status, body, headers)
+
+    async def stream(
+        self, base: str, path: str, last_event_id: str | None
+    ) -> aiohttp.ClientResponse | None:
+        """Open a peer's server-sent event stream; the caller reads and releases it. None
+        when the peer does not answer 200."""
+        headers = {"Accept": "text/event-stream"}
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = last_event_id
+        # No total timeout: the stream lasts; its heartbeats keep reads under sock_read.
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=min(0.5, self.timeout), sock_read=STREAM_READ_S
+        )
+        try:
+            response = await self._client().get(
+                URL(f"{base}{path}", encoded=True),
+                headers=headers,
+                timeout=timeout,
+                allow_redirects=False,
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+            FORWARDS.labels(purpose="changes", outcome="unreachable").inc()
+            logger.debug("peer %s stream: %s", base, error)
+            return None
+        FORWARDS.labels(purpose="changes", outcome=str(response.status)).inc()
+        if response.status != 200:
+            response.release()
+            return None
+        return response
 
     async def close(self) -> None:
         if self._session is not None:

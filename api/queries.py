@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
 
-from api.errors import BadRequest, NoReplica, NotFound, NotHeldHere
+from api.errors import BadRequest, NoReplica, NotFound, NotHeldHere, NotYet
 from api.local import LocalCopy, LocalState, Window
 from api.peers import PeerAnswer, Peers, quote_segment
+from api.positions import Positions, PositionWaits, ReadPosition
 from api.routing import QueryTable, Routing, query_tables
+from api.tokens import TokenError, decode_token
 from app.topics import partition_for
 
 logger = logging.getLogger(__name__)
@@ -43,6 +45,74 @@ def encode_key(key: str) -> bytes:
     return raw
 
 
+#: How long a read waits for a token's position by default, and at most (ms).
+DEFAULT_WAIT_MS = 5_000
+MAX_WAIT_MS = 30_000
+
+
+@dataclass(frozen=True)
+class Consistency:
+    """What a read asks of the copy that answers it.
+
+    ``wanted``: per partition of the token's source topic that feeds the key's table
+    partition, the offset the copy must have reached (read your writes). The lag bounds:
+    a copy further behind its inputs does not answer (bounded staleness).
+    """
+
+    token: str | None = None
+    topic: str | None = None
+    wanted: dict[int, int] = field(default_factory=dict)
+    timeout_ms: int = DEFAULT_WAIT_MS
+    max_lag_records: int | None = None
+    max_lag_ms: int | None = None
+
+    @property
+    def bounded(self) -> bool:
+        return self.max_lag_records is not None or self.max_lag_ms is not None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {
+            "consistent_with": self.token,
+            "timeout_ms": self.timeout_ms if self.token else None,
+            "max_lag_records": self.max_lag_records,
+            "max_lag_ms": self.max_lag_ms,
+        }
+
+    def beyond(self, position: ReadPosition) -> str | None:
+        """Why a copy at ``position`` is beyond the bounds, or None."""
+        lag, age = position.lag_records, position.lag_ms
+        if self.max_lag_records is not None and (lag is None or lag > self.max_lag_records):
+            return f"lag_records {lag} exceeds max_lag_records {self.max_lag_records}"
+        if self.max_lag_ms is not None and (age is None or age > self.max_lag_ms):
+            return f"lag_ms {age} exceeds max_lag_ms {self.max_lag_ms}"
+        return None
+
+    def missing(self, position: ReadPosition) -> dict[str, dict[str, int]]:
+        """The token's positions the copy has not reached yet."""
+        if self.topic is None:
+            return {}
+        have = position.applied.get(self.topic, {})
+        behind = {str(p): o for p, o in self.wanted.items() if have.get(p, 0) < o}
+        return {self.topic: behind} if behind else {}
+
+
+NO_CONSISTENCY = Consistency()
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """A key read's consistency parameters, as the request gave them."""
+
+    consistent_with: str | None = None
+    timeout_ms: int | None = None
+    max_lag_records: int | None = None
+    max_lag_ms: int | None = None
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in vars(self).values())
+
+
 @dataclass(frozen=True)
 class KeyQuery:
     """A validated key read."""
@@ -54,6 +124,7 @@ class KeyQuery:
     at: int | None = None
     start: int | None = None
     end: int | None = None
+    consistency: Consistency = NO_CONSISTENCY
 
     @property
     def path(self) -> str:
@@ -61,7 +132,12 @@ class KeyQuery:
 
     @property
     def params(self) -> dict[str, Any]:
-        return {"at": self.at, "from": self.start, "to": self.end}
+        return {"at": self.at, "from": self.start, "to": self.end, **self.consistency.params}
+
+    @property
+    def wait_s(self) -> float:
+        """How long the copy that answers may wait for the read's position."""
+        return self.consistency.timeout_ms / 1000 if self.consistency.wanted else 0.0
 
 
 @dataclass(frozen=True)
@@ -133,11 +209,16 @@ def windows_between(windows: list[Window], start: int, end: int) -> list[Window]
 class Queries:
     """Answers key reads for one worker."""
 
-    def __init__(self, worker: Any, peers: Peers) -> None:
+    def __init__(
+        self, worker: Any, peers: Peers, positions: Positions, waits: PositionWaits
+    ) -> None:
         self.worker = worker
         self.routing = Routing(worker)
         self.local = LocalState(worker)
         self.peers = peers
+        self.positions = positions
+        self.waits = waits
+        self.app_id = str(worker.conf.id)
         self._tables: dict[str, QueryTable] | None = None
 
     @property
@@ -152,15 +233,55 @@ class Queries:
         except KeyError:
             raise NotFound(f"unknown table {name!r}") from None
 
+    def consistency(self, table: QueryTable, partition: int, options: ReadOptions) -> Consistency:
+        """The consistency a read asks for, or a 400 naming what is wrong with it."""
+        token, timeout_ms = options.consistent_with, options.timeout_ms
+        max_lag_records, max_lag_ms = options.max_lag_records, options.max_lag_ms
+        if token is None:
+            if timeout_ms is not None:
+                raise BadRequest("timeout_ms applies to reads with consistent_with")
+            if max_lag_records is None and max_lag_ms is None:
+                return NO_CONSISTENCY
+            return Consistency(max_lag_records=max_lag_records, max_lag_ms=max_lag_ms)
+        if table.kind == "global":
+            raise BadRequest(f"consistent_with does not apply to the global table {table.name}")
+        try:
+            decoded = decode_token(token, self.app_id)
+        except TokenError as error:
+            raise BadRequest(f"consistent_with: {error}") from None
+        sources = self.positions.sources_of(table.name)
+        if decoded.topic not in sources:
+            raise BadRequest(
+                f"consistent_with: a token of {decoded.topic}, which does not feed "
+                f"{table.name} (fed by {', '.join(sorted(sources)) or 'no source topic'})"
+            )
+        feeding = self.positions.feeding(table.name, decoded.topic, partition)
+        wanted = {p: o for p, o in decoded.positions.items() if p in feeding}
+        return Consistency(
+            token,
+            decoded.topic,
+            wanted,
+            DEFAULT_WAIT_MS if timeout_ms is None else timeout_ms,
+            max_lag_records,
+            max_lag_ms,
+        )
+
     def query(
-        self, table: QueryTable, key: str, at: int | None, start: int | None, end: int | None
+        self,
+        table: QueryTable,
+        key: str,
+        at: int | None,
+        start: int | None,
+        end: int | None,
+        options: ReadOptions | None = None,
     ) -> KeyQuery:
         raw = encode_key(key)
         partition = partition_for(raw, table.partitions)
+        consistency = self.consistency(table, partition, options) if options else NO_CONSISTENCY
         if table.kind != "windowed":
             if at is not None or start is not None or end is not None:
                 raise BadRequest(f"at, from and to apply to windowed tables; {table.name} is not")
-            return KeyQuery(table, key, raw, partition)
+            return KeyQuery(table, key, raw, partition, consistency=consistency)
         if (start is None) != (end is None):
             raise BadRequest("from and to go together")
         if start is not None and end is not None:
@@ -168,10 +289,11 @@ class Queries:
                 raise BadRequest("give either at or from and to, not both")
             if start > end:
                 raise BadRequest("from must not be after to")
-            return KeyQuery(table, key, raw, partition, start=start, end=end)
-        return KeyQuery(
-            table, key, raw, partition, at=int(time.time() * 1000) if at is None else at
-        )
+            return KeyQuery(
+                table, key, raw, partition, start=start, end=end, consistency=consistency
+            )
+        at = int(time.time() * 1000) if at is None else at
+        return KeyQuery(table, key, raw, partition, at=at, consistency=consistency)
 
     async def read(self, query: KeyQuery, forwarded_by: str | None) -> Answer:
         """Answer a key read from the best copy that can answer it."""
@@ -179,27 +301,35 @@ class Queries:
             return self._read_global(query)
         copy = self.local.copy(query.table, query.partition)
         if copy is not None and copy.replica == "active":
-            return self._answer(query, copy)
+            return await self._serve(query, copy)
         if forwarded_by is not None:
             if copy is None:
                 raise NotHeldHere(
                     f"{self.routing.own_url} holds no copy of {query.table.name} "
                     f"partition {query.partition}"
                 )
-            return self._answer(query, copy)
+            return await self._serve(query, copy)
         owner = self.routing.owner(query.table, query.partition)
         candidates: list[PeerAnswer | None] = []
         if owner is not None and owner != self.routing.own_url:
-            answer = await self.peers.get(owner, query.path, query.params, purpose="owner")
+            answer = await self.peers.get(
+                owner, query.path, query.params, purpose="owner", wait=query.wait_s
+            )
+            if answer is not None and answer.status == 504 and isinstance(answer.body, dict):
+                return Answer(504, answer.body)  # the owner waited the read's whole timeout
             if answer is not None and relayable(answer):
                 if answer.status not in (200, 404) or answer.body.get("replica") == "active":
                     return Answer(answer.status, answer.body)
                 candidates.append(answer)  # the owner is restoring: maybe behind a standby
         if copy is not None:
-            local = self._answer(query, copy)
-            if copy.offset_lag == 0:
-                return local
-            candidates.append(PeerAnswer(self.routing.own_url, local.status, local.body, {}))
+            try:
+                local = await self._serve(query, copy)
+            except (NotYet, NoReplica):  # this standby is behind the read's position or bound
+                local = None
+            if local is not None:
+                if copy.offset_lag == 0:
+                    return local
+                candidates.append(PeerAnswer(self.routing.own_url, local.status, local.body, {}))
         return await self._from_peers(query, owner, candidates)
 
     async def _from_peers(
@@ -207,29 +337,78 @@ class Queries:
     ) -> Answer:
         peers = [url for url in self.routing.peers() if url != owner]
         best: PeerAnswer | None = None
+        answers: list[PeerAnswer | None] = []
         for attempt in range(PEER_ATTEMPTS):
             if attempt:
                 # Copies catch up within moments of a failover; ask again before a 503.
                 await asyncio.sleep(PEER_RETRY_SECONDS)
             answers = await asyncio.gather(
-                *(self.peers.get(url, query.path, query.params, purpose="standby") for url in peers)
+                *(
+                    self.peers.get(
+                        url, query.path, query.params, purpose="standby", wait=query.wait_s
+                    )
+                    for url in peers
+                )
             )
             best = best_answer(candidates + list(answers))
             if best is not None:
                 break
-        if best is None:
-            logger.warning(
-                "no copy of %s[%d] answered: owner %s, peers %s",
-                query.table.name,
-                query.partition,
-                owner,
-                [(url, a.status if a else None) for url, a in zip(peers, answers, strict=True)],
-            )
+        if best is not None:
+            return Answer(best.status, best.body)
+        waited = [a for a in answers if a is not None and a.status == 504]
+        if waited and isinstance(waited[0].body, dict):
+            return Answer(504, waited[0].body)  # copies exist but none reached the position
+        logger.warning(
+            "no copy of %s[%d] answered: owner %s, peers %s",
+            query.table.name,
+            query.partition,
+            owner,
+            [(url, a.status if a else None) for url, a in zip(peers, answers, strict=True)],
+        )
+        if query.consistency.bounded:
             raise NoReplica(
-                f"no copy of {query.table.name} partition {query.partition} answered "
-                f"(owner {owner or 'unassigned'}); the group may be rebalancing"
+                f"no copy of {query.table.name} partition {query.partition} is within the "
+                "read's staleness bound",
+                extra={"position": None},
             )
-        return Answer(best.status, best.body)
+        raise NoReplica(
+            f"no copy of {query.table.name} partition {query.partition} answered "
+            f"(owner {owner or 'unassigned'}); the group may be rebalancing"
+        )
+
+    def position(self, copy: LocalCopy) -> ReadPosition:
+        return self.positions.of(copy.table.name, copy.partition, copy.stored_position())
+
+    async def _serve(self, query: KeyQuery, copy: LocalCopy) -> Answer:
+        """Answer from this worker's ``copy`` once it holds the read's position (waiting
+        up to the read's timeout), if it is within the read's staleness bound."""
+        consistency = query.consistency
+        position = self.position(copy)
+        if consistency.wanted:
+            deadline = time.monotonic() + query.wait_s
+            while missing := consistency.missing(position):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self.waits.timeouts += 1
+                    raise NotYet(
+                        f"{copy.replica} copy of {query.table.name} partition "
+                        f"{query.partition} did not reach the token's position in "
+                        f"{consistency.timeout_ms} ms",
+                        extra={"position": position.as_dict(), "waiting_for": missing},
+                    )
+                await self.waits.next_move(min(remaining, 0.05))
+                found = self.local.copy(query.table, query.partition)
+                if found is None:  # revoked meanwhile
+                    raise NotHeldHere(f"{self.routing.own_url} no longer holds the partition")
+                copy, position = found, self.position(found)
+        if consistency.bounded and (why := consistency.beyond(position)):
+            raise NoReplica(
+                f"{copy.replica} copy of {query.table.name} partition {query.partition}: {why}",
+                extra={"position": position.as_dict()},
+            )
+        answer = self._answer(query, copy)
+        answer.body["position"] = position.as_dict()
+        return answer
 
     def _meta(self, query: KeyQuery, replica: str, lag: int | None) -> dict[str, Any]:
         return {

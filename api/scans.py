@@ -20,6 +20,7 @@ import orjson
 from api.errors import BadRequest
 from api.local import LocalCopy
 from api.peers import PeerAnswer, quote_segment
+from api.positions import ReadPosition
 from api.queries import Queries, catalog_lag
 from api.routing import QueryTable
 from app.topics import partition_for
@@ -53,6 +54,8 @@ class PartitionPage:
     offset_lag: int | None
     items: list[dict[str, Any]] = field(default_factory=list)
     more: bool = False
+    #: the read position of the copy that answered (not for the global table)
+    position: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -61,14 +64,19 @@ class PartitionPage:
             "offset_lag": self.offset_lag,
             "items": self.items,
             "more": self.more,
+            "position": self.position,
         }
 
 
-def page_of(copy: LocalCopy, prefix: str, after: str | None, limit: int) -> PartitionPage:
+def page_of(
+    copy: LocalCopy, prefix: str, after: str | None, limit: int, position: ReadPosition
+) -> PartitionPage:
     raw_after = after.encode("utf-8") if after is not None else None
     pairs, more = copy.scan(prefix.encode("utf-8"), raw_after, limit)
     items = [{"key": k.decode("utf-8", "replace"), "value": v} for k, v in pairs]
-    return PartitionPage(copy.partition, copy.replica, copy.offset_lag, items, more)
+    return PartitionPage(
+        copy.partition, copy.replica, copy.offset_lag, items, more, position.as_dict()
+    )
 
 
 def pages_from(answer: PeerAnswer | None) -> list[PartitionPage]:
@@ -84,6 +92,7 @@ def pages_from(answer: PeerAnswer | None) -> list[PartitionPage]:
                     page.get("offset_lag"),
                     list(page["items"]),
                     bool(page["more"]),
+                    page.get("position"),
                 )
             )
         except (KeyError, TypeError, ValueError):
@@ -118,6 +127,7 @@ def merge(
             "stale": sorted(p for p, page in pages.items() if page.replica == "standby"),
             "missing": sorted(set(range(partitions)) - set(pages)),
         },
+        "positions": {str(p): page.position for p, page in sorted(pages.items()) if page.position},
     }
 
 
@@ -135,7 +145,7 @@ class Scans:
         for partition in partitions:
             copy = self.queries.local.copy(table, partition)
             if copy is not None:
-                pages.append(page_of(copy, prefix, after, limit))
+                pages.append(page_of(copy, prefix, after, limit, self.queries.position(copy)))
         return pages
 
     async def scan(
@@ -150,7 +160,8 @@ class Scans:
         for partition in range(table.partitions):
             copy = self.queries.local.copy(table, partition)
             if copy is not None and copy.replica == "active":
-                pages[partition] = page_of(copy, prefix, after, limit)
+                position = self.queries.position(copy)
+                pages[partition] = page_of(copy, prefix, after, limit, position)
                 continue
             owner = routing.owner(table, partition)
             if owner is not None and owner != routing.own_url:

@@ -13,6 +13,21 @@ class ErrorDetail(BaseModel):
     detail: str
 
 
+class NotYetDetail(BaseModel):
+    detail: str
+    position: dict[str, Any] = Field(description="The position the best copy reached.")
+    waiting_for: dict[str, dict[str, int]] = Field(
+        description="The token's positions (topic, partition, offset) it did not reach."
+    )
+
+
+class StaleDetail(BaseModel):
+    detail: str
+    position: dict[str, Any] | None = Field(
+        description="The position of the copy that was beyond the bound, when one answered."
+    )
+
+
 class TableDescription(BaseModel):
     name: str
     kind: Literal["table", "windowed", "global"]
@@ -25,6 +40,25 @@ class TableList(BaseModel):
     tables: list[TableDescription]
 
 
+class ReadPosition(BaseModel):
+    """How far the answering copy of a table partition goes."""
+
+    partition: int
+    applied: dict[str, dict[str, int]] = Field(
+        description="Per source topic and partition that feeds this table partition, the "
+        "first offset whose effect the copy does not hold yet (through the repartition "
+        "topics too: every text-lines partition feeds every word_counts partition)."
+    )
+    lag_records: int | None = Field(
+        description="Records of the partition's inputs the copy has not applied "
+        "(None: the inputs' end offsets are not known yet)."
+    )
+    lag_ms: int | None = Field(
+        description="Age of the oldest of them, in ms (0 when caught up); as fine as the "
+        "half-second refresh of the inputs' end offsets."
+    )
+
+
 class Served(BaseModel):
     table: str
     key: str
@@ -33,6 +67,9 @@ class Served(BaseModel):
     replica: Replica
     offset_lag: int | None = Field(
         description="Changelog records the answering copy has not applied (None: unknown)."
+    )
+    position: ReadPosition | None = Field(
+        None, description="Source offsets the answering copy holds (not for global tables)."
     )
 
 
@@ -71,6 +108,10 @@ class ScanPage(BaseModel):
     items: list[ScanItem]
     next_cursor: str | None
     partitions: ScanPartitions
+    positions: dict[str, ReadPosition] = Field(
+        default_factory=dict,
+        description="Per partition that answered, the position of the copy that did.",
+    )
 
 
 class HostAssignment(BaseModel):
@@ -105,6 +146,7 @@ class PartitionScan(BaseModel):
     offset_lag: int | None
     items: list[ScanItem]
     more: bool
+    position: ReadPosition | None = None
 
 
 class LocalScan(BaseModel):

@@ -5,12 +5,22 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Path, Query
-from fastapi.responses import Response
+from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi.responses import Response, StreamingResponse
 
-from api.deps import ForwardedBy, QueriesDep, ScansDep, Table, require_token
-from api.queries import MAX_KEY_BYTES, Answer
-from api.schemas import ErrorDetail, KeyValue, KeyWindows, ScanPage, TableDescription, TableList
+from api.deps import ChangesDep, ForwardedBy, QueriesDep, ScansDep, Table, require_token
+from api.queries import DEFAULT_WAIT_MS, MAX_KEY_BYTES, MAX_WAIT_MS, Answer, ReadOptions
+from api.schemas import (
+    ErrorDetail,
+    KeyValue,
+    KeyWindows,
+    NotYetDetail,
+    ScanPage,
+    StaleDetail,
+    TableDescription,
+    TableList,
+)
+from api.tokens import MAX_TOKEN_CHARS
 
 router = APIRouter(prefix="/tables", tags=["tables"], dependencies=[Depends(require_token)])
 
@@ -19,11 +29,47 @@ MAX_MS = 253_402_300_799_999
 EpochMs = Annotated[int | None, Query(ge=0, le=MAX_MS, description="epoch milliseconds")]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorDetail, "description": "invalid key or parameters"},
+    400: {"model": ErrorDetail, "description": "invalid key, parameters or token"},
     401: {"model": ErrorDetail, "description": "missing or wrong bearer token"},
     404: {"model": ErrorDetail, "description": "unknown table, or absent key"},
-    503: {"model": ErrorDetail, "description": "no copy of the partition can answer now"},
+    503: {
+        "model": StaleDetail,
+        "description": "no copy of the partition can answer now, or none within the "
+        "staleness bound (with Retry-After)",
+    },
 }
+READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    504: {
+        "model": NotYetDetail,
+        "description": "no copy reached the token's position within timeout_ms",
+    },
+}
+
+Token = Annotated[
+    str | None,
+    Query(
+        max_length=MAX_TOKEN_CHARS,
+        description="A token from POST /topics/{topic}/records: answer only from a copy "
+        "that holds that write (read your writes), waiting up to timeout_ms.",
+    ),
+]
+TimeoutMs = Annotated[
+    int | None,
+    Query(ge=0, le=MAX_WAIT_MS, description=f"ms to wait (default {DEFAULT_WAIT_MS})"),
+]
+MaxLagRecords = Annotated[
+    int | None,
+    Query(ge=0, description="answer only from a copy at most this many input records behind"),
+]
+MaxLagMs = Annotated[
+    int | None,
+    Query(
+        ge=0,
+        description="answer only from a copy whose oldest unapplied input record "
+        "is at most this old, in ms",
+    ),
+]
 
 
 def json_answer(answer: Answer) -> Response:
@@ -73,9 +119,47 @@ async def scan_keys(
 
 
 @router.get(
+    "/{table}/keys/{key:path}/changes",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "Server-sent events: first the key's current value (`event: "
+            "change`, or `event: absent`), then one `event: change` per new value with "
+            '`data: {"value", "position"}` (and `"window"` for a windowed table) and an '
+            "`id` to resume from with `Last-Event-ID`; `event: moved` ends the stream on "
+            "a rebalance; comment lines every 15 s keep it open.",
+        },
+        **{k: v for k, v in ERRORS.items() if k != 404},
+        404: {"model": ErrorDetail, "description": "unknown table"},
+    },
+)
+async def key_changes(
+    table: Table,
+    queries: QueriesDep,
+    changes: ChangesDep,
+    forwarded: ForwardedBy,
+    key: Annotated[str, Path(min_length=1, max_length=MAX_KEY_BYTES)],
+    last_event_id: Annotated[str | None, Header(max_length=256)] = None,
+) -> StreamingResponse:
+    """A stream of the key's values, from the active owner of its partition.
+
+    A key whose last path segment is `changes` cannot be read by this API's key read;
+    its change stream is still here.
+    """
+    query = queries.query(table, key, None, None, None)
+    stream = await changes.open(query, forwarded, last_event_id)
+    return StreamingResponse(
+        stream,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get(
     "/{table}/keys/{key:path}",
     response_model=KeyValue | KeyWindows,
-    responses=ERRORS,
+    responses=READ_ERRORS,
 )
 async def read_key(
     table: Table,
@@ -89,11 +173,18 @@ async def read_key(
     end: Annotated[
         int | None, Query(alias="to", ge=0, le=MAX_MS, description="epoch milliseconds")
     ] = None,
+    consistent_with: Token = None,
+    timeout_ms: TimeoutMs = None,
+    max_lag_records: MaxLagRecords = None,
+    max_lag_ms: MaxLagMs = None,
 ) -> Response:
-    """The value of a key, from the active copy of its partition (or a standby's).
+    """The value of a key, from the active copy of its partition (or a standby's), with
+    the position of the copy that answered.
 
     Windowed tables answer the window holding `at` (default: now), or with `from` and
-    `to` every window that overlaps that interval.
+    `to` every window that overlaps that interval. `consistent_with` reads your writes;
+    `max_lag_records` and `max_lag_ms` bound the staleness of the answer.
     """
-    query = queries.query(table, key, at, start, end)
+    options = ReadOptions(consistent_with, timeout_ms, max_lag_records, max_lag_ms)
+    query = queries.query(table, key, at, start, end, options)
     return json_answer(await queries.read(query, forwarded))

@@ -156,6 +156,15 @@ def changelog_state(bootstrap: str, table: str) -> dict[bytes, Any]:
     return state
 
 
+def changelog_values(bootstrap: str, table: str, key: bytes) -> list[Any]:
+    """Every value one key of a table took, in changelog order (None: deleted)."""
+    records = sorted(
+        (r for r in read_topic(bootstrap, f"streamstate-{table}-changelog") if r.key == key),
+        key=lambda r: r.offset,
+    )
+    return [None if r.value is None else orjson.loads(r.value) for r in records]
+
+
 def wait_for(check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.5) -> Any:
     """Poll ``check`` until it returns something truthy; return that."""
     deadline = time.monotonic() + timeout

@@ -1,0 +1,238 @@
+"""Read positions: how far a copy of a table partition goes, in offsets of the source
+topics, and how far it is behind its inputs.
+
+A copy's :class:`~tables.positions.Position` is stored in the partition itself (the
+engine writes it with every cycle; a standby gets it from the changelog). From it a read
+answers ``applied`` (per source topic partition that feeds the table partition, the first
+offset whose effect the copy does not hold), ``lag_records`` (records of the partition's
+inputs it has not applied) and ``lag_ms`` (the age of the oldest of them).
+
+Input end offsets come from :class:`InputEnds`, which asks the brokers every
+``interval`` seconds; ``lag_ms`` is the time since an end offset past the copy's position
+was first seen, so it is as fine as that interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from tables.positions import Lineage, Position
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReadPosition:
+    """The ``position`` of a read's answer."""
+
+    partition: int
+    applied: dict[str, dict[int, int]]
+    lag_records: int | None
+    lag_ms: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "applied": {
+                t: {str(p): o for p, o in sorted(ps.items())} for t, ps in self.applied.items()
+            },
+            "lag_records": self.lag_records,
+            "lag_ms": self.lag_ms,
+        }
+
+    def holds(self, topic: str, wanted: Mapping[int, int]) -> bool:
+        """Whether the copy holds every offset below ``wanted`` of ``topic``'s partitions."""
+        have = self.applied.get(topic, {})
+        return all(have.get(p, 0) >= offset for p, offset in wanted.items())
+
+
+class InputEnds:
+    """End offsets of the partitions the tables read, refreshed in the background, with a
+    short history for the age of what a copy has not applied."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: Iterable[str],
+        partitions: int,
+        *,
+        read_committed: bool,
+        interval: float = 0.5,
+        history: int = 240,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.tps = [TopicPartition(t, p) for t in sorted(set(topics)) for p in range(partitions)]
+        self.read_committed = read_committed
+        self.interval = interval
+        self._history: dict[TopicPartition, deque[tuple[int, float]]] = {
+            tp: deque(maxlen=history) for tp in self.tps
+        }
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def end(self, topic: str, partition: int) -> int | None:
+        seen = self._history.get(TopicPartition(topic, partition))
+        return seen[-1][0] if seen else None
+
+    def age_ms(self, topic: str, partition: int, offset: int, now: float) -> int:
+        """Milliseconds since an end offset past ``offset`` was first seen (0 if none)."""
+        seen = self._history.get(TopicPartition(topic, partition))
+        if not seen or seen[-1][0] <= offset:
+            return 0
+        first = next((at for end, at in seen if end > offset), seen[0][1])
+        return max(0, round((now - first) * 1000))
+
+    def observe(self, ends: Mapping[TopicPartition, int], now: float) -> None:
+        for tp, end in ends.items():
+            seen = self._history.get(tp)
+            if seen is not None and (not seen or seen[-1][0] != end):
+                seen.append((end, now))
+
+    async def _run(self) -> None:
+        isolation = "read_committed" if self.read_committed else "read_uncommitted"
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=None, isolation_level=isolation
+        )
+        try:
+            await consumer.start()
+            while True:
+                try:
+                    ends = await consumer.end_offsets(self.tps)
+                    self.observe(ends, time.monotonic())
+                except Exception as error:  # the brokers are away: keep the last figures
+                    logger.debug("input end offsets unavailable: %r", error)
+                await asyncio.sleep(self.interval)
+        finally:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+
+
+class Positions:
+    """The read positions of one worker's copies."""
+
+    def __init__(
+        self, lineage: Lineage, partitions: int, sources: Iterable[str], ends: InputEnds
+    ) -> None:
+        self.lineage = lineage
+        self.partitions = partitions
+        #: topics that tokens and ``applied`` name: the contract's source topics
+        self.sources = frozenset(sources)
+        self.ends = ends
+
+    def sources_of(self, table: str) -> dict[str, str]:
+        """The source topics of ``table`` and how they reach it (direct or upstream)."""
+        return {t: r for t, r in self.lineage.sources(table).items() if t in self.sources}
+
+    def feeding(self, table: str, topic: str, partition: int) -> list[int]:
+        """The partitions of source ``topic`` that feed ``partition`` of ``table``."""
+        reach = self.sources_of(table).get(topic)
+        if reach is None:
+            return []
+        return [partition] if reach == "direct" else list(range(self.partitions))
+
+    def of(self, table: str, partition: int, stored: bytes | None) -> ReadPosition:
+        """The read position of a copy whose stored position is ``stored``."""
+        position = Position.decode(stored) if stored is not None else Position()
+        applied = {
+            topic: {
+                p: position.applied.get(topic, {}).get(p, 0)
+                for p in self.feeding(table, topic, partition)
+            }
+            for topic in sorted(self.sources_of(table))
+        }
+        lag_records: int | None = 0
+        lag_ms = 0
+        now = time.monotonic()
+        for topic in sorted(self.lineage.feeds.get(table, ())):
+            end = self.ends.end(topic, partition)
+            if end is None:
+                lag_records = None
+                continue
+            done = position.applied.get(topic, {}).get(partition, 0)
+            if end > done:
+                if lag_records is not None:
+                    lag_records += end - done
+                lag_ms = max(lag_ms, self.ends.age_ms(topic, partition, done, now))
+        return ReadPosition(partition, applied, lag_records, lag_ms if lag_records else 0)
+
+
+class PositionWaits:
+    """Wakes the reads that wait for a position whenever a copy may have moved on."""
+
+    def __init__(self) -> None:
+        self._moved = asyncio.Event()
+        #: reads waiting now; waits begun; reads that timed out
+        self.waiting = 0
+        self.waits = 0
+        self.timeouts = 0
+
+    def notify(self) -> None:
+        moved, self._moved = self._moved, asyncio.Event()
+        moved.set()
+
+    async def next_move(self, seconds: float) -> None:
+        """Until the next :meth:`notify`, or ``seconds``."""
+        moved = self._moved
+        self.waiting += 1
+        self.waits += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(moved.wait(), seconds)
+        finally:
+            self.waiting -= 1
+
+
+class ConsistencyCollector(Collector):
+    """Waits for positions, their timeouts, and open change streams, for /metrics."""
+
+    def __init__(self, waits: PositionWaits, hub: Any) -> None:
+        self.waits = waits
+        self.hub = hub
+
+    def collect(self) -> Iterator[Any]:
+        yield GaugeMetricFamily(
+            "streamstate_position_waiting",
+            "Reads waiting now for a copy to reach their token's position.",
+            value=self.waits.waiting,
+        )
+        yield CounterMetricFamily(
+            "streamstate_position_waits",
+            "Waits of reads for a copy to move on (one read may wait several times).",
+            value=self.waits.waits,
+        )
+        yield CounterMetricFamily(
+            "streamstate_position_wait_timeouts",
+            "Reads answered 504: no copy reached their token's position in time.",
+            value=self.waits.timeouts,
+        )
+        yield GaugeMetricFamily(
+            "streamstate_change_streams_open",
+            "Change streams open on this worker.",
+            value=self.hub.open,
+        )
+        yield CounterMetricFamily(
+            "streamstate_change_streams",
+            "Change streams opened on this worker.",
+            value=self.hub.opened,
+        )
