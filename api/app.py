@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
+from api.docs import add_docs
 from api.errors import register_handlers
 from api.middleware import LatencyMiddleware
 from api.peers import Peers
@@ -41,7 +42,10 @@ def create_api(worker: Any) -> FastAPI:
         version="0.1.0",
         default_response_class=JSONResponse,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    add_docs(api)
     api.state.worker = worker
     api.state.queries = queries = Queries(worker, peers)
     api.state.scans = Scans(queries)
