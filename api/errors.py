@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
@@ -15,6 +17,10 @@ class QueryError(Exception):
         super().__init__(detail)
         self.detail = detail
         self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """The JSON answer."""
+        return {"detail": self.detail}
 
 
 class BadRequest(QueryError):
@@ -32,6 +38,27 @@ class NotFound(QueryError):
     status = 404
 
 
+class PayloadTooLarge(QueryError):
+    """A request body beyond its limits (bytes or records)."""
+
+    status = 413
+
+
+class InvalidRecords(QueryError):
+    """Records that the stream would refuse: ``problems`` holds (index, reason) pairs,
+    the index None when the problem is the body as a whole."""
+
+    status = 422
+
+    def __init__(self, detail: str, problems: list[tuple[int | None, str]]) -> None:
+        super().__init__(detail)
+        self.problems = problems
+
+    def body(self) -> dict[str, Any]:
+        errors = [{"index": index, "reason": reason} for index, reason in self.problems]
+        return {"detail": self.detail, "errors": errors}
+
+
 class NotHeldHere(QueryError):
     """A forwarded read reached a worker with no copy of the partition (421 Misdirected)."""
 
@@ -47,9 +74,18 @@ class NoReplica(QueryError):
         super().__init__(detail, {"Retry-After": str(retry_after)})
 
 
+class KafkaUnavailable(QueryError):
+    """Kafka did not take records written through the API."""
+
+    status = 503
+
+    def __init__(self, detail: str, retry_after: int = 2) -> None:
+        super().__init__(detail, {"Retry-After": str(retry_after)})
+
+
 async def _handle(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, QueryError)
-    return JSONResponse({"detail": error.detail}, error.status, headers=error.headers)
+    return JSONResponse(error.body(), error.status, headers=error.headers)
 
 
 def register_handlers(api: FastAPI) -> None:
