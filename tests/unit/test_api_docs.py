@@ -28,6 +28,17 @@ def test_a_docs_page_loads_everything_from_the_worker(page: str) -> None:
     assert "'/openapi.json'" in answer.text or '"/openapi.json"' in answer.text
 
 
+@pytest.mark.parametrize("page", ["/docs", "/redoc", "/docs/oauth2-redirect"])
+def test_a_docs_page_may_load_nothing_from_another_host(page: str) -> None:
+    policy = CLIENT.get(page).headers["content-security-policy"]
+    directives = dict(d.split(" ", 1) for d in policy.split("; "))
+    assert directives["default-src"] == "'none'"
+    for kind in ("script-src", "style-src", "img-src", "connect-src", "font-src"):
+        sources = directives[kind].split()
+        assert "'self'" in sources
+        assert not [s for s in sources if "." in s or s in ("*", "https:", "http:")], sources
+
+
 def test_swagger_ui_asks_no_online_validator() -> None:
     assert '"validatorUrl": null' in CLIENT.get("/docs").text
 
