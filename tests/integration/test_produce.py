@@ -20,6 +20,7 @@ from api.tokens import Token, decode_token
 from app.topics import partition_for
 from tests.support.kafka import TEST_PORT, LocalKafka, local_kafka
 from tests.support.kafka_io import Record, read_topic, wait_for
+from tests.support.ports import require_free_port
 from tests.support.workers import Worker
 
 pytestmark = pytest.mark.integration
@@ -33,16 +34,6 @@ APP_ID = "streamstate"
 class Setup:
     kafka: LocalKafka
     worker: Worker
-
-
-def require_free_port(port: int) -> None:
-    """Fail unless nothing listens on ``port``: ops/kafka.sh would take another
-    cluster's broker there for the one it started."""
-    with socket.socket() as probe:
-        if probe.connect_ex(("127.0.0.1", port)) == 0:
-            pytest.fail(
-                f"127.0.0.1:{port} is taken: set STREAMSTATE_TEST_KAFKA_PORT to a free port"
-            )
 
 
 @pytest.fixture(scope="module")
