@@ -12,12 +12,14 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
 from api.changes import ChangeHub, Changes
+from api.docs import add_docs
 from api.errors import register_handlers
 from api.middleware import LatencyMiddleware
 from api.peers import Peers
 from api.positions import ConsistencyCollector, InputEnds, Positions, PositionWaits
+from api.producer import RecordProducer
 from api.queries import Queries
-from api.routes import health, internal, metadata, metrics, tables
+from api.routes import health, internal, metadata, metrics, tables, topics
 from api.routing import normalize_url
 from api.scans import Scans
 from app.metrics import WorkerCollector
@@ -37,6 +39,7 @@ def create_api(worker: Any) -> FastAPI:
         normalize_url(worker.conf.canonical_url), settings.api_token, settings.forward_timeout
     )
 
+    producer = RecordProducer(settings.bootstrap_servers, client_id=f"{worker.conf.id}-api")
     engine = worker.wiring.engine
     ends = InputEnds(
         settings.bootstrap_servers,
@@ -69,23 +72,30 @@ def create_api(worker: Any) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        producer.warm_up()
         ends.start()
         rechecks = asyncio.ensure_future(recheck_waits())
         yield
         rechecks.cancel()
         hub.moved()
         await ends.stop()
+        await producer.stop()
         await peers.close()
 
     api = FastAPI(
         title="streamstate",
-        summary="Interactive queries over the stream processor's tables",
+        summary="Interactive queries over the stream processor's tables, and writes to "
+        "its source topics",
         version="0.1.0",
         default_response_class=JSONResponse,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    add_docs(api)
     api.state.worker = worker
     api.state.hub = hub
+    api.state.producer = producer
     api.state.queries = queries = Queries(worker, peers, positions, waits)
     api.state.scans = Scans(queries)
     api.state.changes = Changes(queries, hub)
@@ -94,6 +104,6 @@ def create_api(worker: Any) -> FastAPI:
     registry.register(ConsistencyCollector(waits, hub))
     register_handlers(api)
     api.add_middleware(LatencyMiddleware)
-    for module in (health, tables, metadata, internal, metrics):
+    for module in (health, tables, topics, metadata, internal, metrics):
         api.include_router(module.router)
     return api

@@ -61,6 +61,11 @@ def require_token(
         raise Unauthorized("invalid bearer token")
 
 
+async def authorize(request: Request) -> None:
+    """:func:`require_token` for checks that run before FastAPI reads the body."""
+    require_token(request, await _bearer(request))
+
+
 Worker = Annotated[Any, Depends(get_worker)]
 QueriesDep = Annotated[Queries, Depends(get_queries)]
 ScansDep = Annotated[Scans, Depends(get_scans)]

@@ -26,6 +26,7 @@ class QueryError(Exception):
         self.extra = extra or {}
 
     def body(self) -> dict[str, Any]:
+        """The JSON answer."""
         return {"detail": self.detail, **self.extra}
 
 
@@ -42,6 +43,27 @@ class Unauthorized(QueryError):
 
 class NotFound(QueryError):
     status = 404
+
+
+class PayloadTooLarge(QueryError):
+    """A request body beyond its limits (bytes or records)."""
+
+    status = 413
+
+
+class InvalidRecords(QueryError):
+    """Records that the stream would refuse: ``problems`` holds (index, reason) pairs,
+    the index None when the problem is the body as a whole."""
+
+    status = 422
+
+    def __init__(self, detail: str, problems: list[tuple[int | None, str]]) -> None:
+        super().__init__(detail)
+        self.problems = problems
+
+    def body(self) -> dict[str, Any]:
+        errors = [{"index": index, "reason": reason} for index, reason in self.problems]
+        return {"detail": self.detail, "errors": errors}
 
 
 class NotHeldHere(QueryError):
@@ -66,6 +88,15 @@ class NotYet(QueryError):
     """No copy reached the position a read waited for within its timeout (504)."""
 
     status = 504
+
+
+class KafkaUnavailable(QueryError):
+    """Kafka did not take records written through the API."""
+
+    status = 503
+
+    def __init__(self, detail: str, retry_after: int = 2) -> None:
+        super().__init__(detail, {"Retry-After": str(retry_after)})
 
 
 async def _handle(request: Request, error: Exception) -> JSONResponse:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 Replica = Literal["active", "standby", "global"]
 
@@ -151,3 +151,71 @@ class PartitionScan(BaseModel):
 
 class LocalScan(BaseModel):
     partitions: list[PartitionScan]
+
+
+# -- POST /topics/{topic}/records --------------------------------------------------------
+
+
+class ProduceRecord(BaseModel):
+    """One record to write to a source topic."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str | None = Field(
+        None,
+        description="The record key (UTF-8). For item-events and payments null means the "
+        "value's store_id, for products its sku; any other key must equal it. text-lines "
+        "takes any key, or none.",
+    )
+    value: Any = Field(
+        description="A JSON object as the topic's schema gives it; for text-lines the line "
+        "as a JSON string. A null value on products deletes the product named by the key."
+    )
+
+
+class ProduceRequest(BaseModel):
+    """1 to 1,000 records, written all or none; the body is at most 1 MiB."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    records: list[ProduceRecord] = Field(min_length=1, max_length=1000)
+
+
+class RecordOffset(BaseModel):
+    partition: int
+    offset: int
+
+
+class Produced(BaseModel):
+    """Where each record went, in the order given, and a token naming those positions."""
+
+    topic: str
+    offsets: list[RecordOffset] = Field(description="One per record, in the request's order.")
+    token: str = Field(
+        description="Opaque, URL-safe, names the written positions: pass it as "
+        "`consistent_with` to read a table that holds these records."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "topic": "item-events",
+                    "offsets": [{"partition": 3, "offset": 1041}],
+                    "token": "ATYAfesLaXRlbS1ldmVudHMBAAOSCABZuDbl",
+                }
+            ]
+        }
+    )
+
+
+class RecordError(BaseModel):
+    index: int | None = Field(
+        description="The record's position in `records`, or null for the body as a whole."
+    )
+    reason: str = Field(description="What the stream would refuse, naming the field.")
+
+
+class InvalidRecordsDetail(BaseModel):
+    detail: str
+    errors: list[RecordError]

@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# `make tools`: what the Docker checks of the test suite need and pip cannot install.
-# A compose CLI validates docker-compose*.yml without a Docker engine: Docker's own
-# `docker compose` when present, else Debian's docker-compose (v1, Python). Installs it
-# with apt-get when run as root; otherwise says how, and the check that needs it skips.
+# `make tools`: what the test suite needs and pip cannot install.
+# - A compose CLI validates docker-compose*.yml without a Docker engine: Docker's own
+#   `docker compose` when present, else Debian's docker-compose (v1, Python).
+# - Debian's chromium opens /docs and /redoc headless, as a user would, with no host
+#   but 127.0.0.1 reachable (tests/integration/test_docs_offline.py).
+# Installs what is missing with apt-get when run as root; otherwise says how, and the
+# tests that need it skip.
 set -euo pipefail
 
-if docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; then
+missing=()
+if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
+  missing+=(docker-compose)
+fi
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  missing+=(chromium)
+fi
+if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "tools: installing Debian's docker-compose (validates the compose files)" >&2
+  echo "tools: installing Debian's ${missing[*]}" >&2
   log="$(mktemp)"
   if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -q --no-install-recommends docker-compose; } >"$log" 2>&1; then
+    apt-get install -y -q --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
     tail -n 20 "$log" >&2
     rm -f "$log"
     exit 1
   fi
   rm -f "$log"
 else
-  echo "tools: no compose CLI; 'apt-get install docker-compose' (as root) enables the" \
-    "compose validation tests" >&2
+  echo "tools: missing ${missing[*]}; 'apt-get install ${missing[*]}' (as root) enables" \
+    "the compose validation and headless-browser tests" >&2
 fi

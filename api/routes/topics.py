@@ -1,0 +1,245 @@
+"""/topics: write records to a source topic, validated as the stream validates them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Path, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.models import Example
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
+from prometheus_client import Counter
+
+from api.deps import Worker, authorize, require_token
+from api.errors import InvalidRecords, NotFound, PayloadTooLarge, QueryError
+from api.producer import RecordProducer
+from api.records import prepare
+from api.schemas import (
+    ErrorDetail,
+    InvalidRecordsDetail,
+    Produced,
+    ProduceRequest,
+    RecordOffset,
+)
+from api.tokens import Token, encode_token
+from app.metrics import REGISTRY
+from app.topics import SOURCE_TOPICS
+
+#: Largest request body, in bytes.
+MAX_BODY_BYTES = 1024 * 1024
+#: Most records in one request.
+MAX_RECORDS = 1000
+
+PRODUCED = Counter(
+    "streamstate_produced_records",
+    "Records written through POST /topics/{topic}/records, by topic.",
+    ["topic"],
+    registry=REGISTRY,
+)
+REFUSED = Counter(
+    "streamstate_produce_refusals",
+    "Writes refused by POST /topics/{topic}/records, by topic (other: not a source topic) "
+    "and reason: invalid (422), too-large (413), unknown-topic (404), unauthorized (401), "
+    "kafka-unavailable (503).",
+    ["topic", "reason"],
+    registry=REGISTRY,
+)
+REASONS = {401: "unauthorized", 404: "unknown-topic", 413: "too-large", 422: "invalid"}
+
+
+async def read_bounded(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request body, or PayloadTooLarge as soon as it is known to exceed ``limit``:
+    from Content-Length before reading anything, else while it streams in."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"body of {declared} bytes; at most {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"body of more than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def as_refusal(
+    error: RequestValidationError, body: bytes, topic: str, max_bytes: int
+) -> QueryError:
+    """FastAPI's body validation errors as this route's answers: 413 for too many
+    records; else 422 naming the body's problem, or every bad record's index and reason
+    (all records are checked, not only those FastAPI refused)."""
+    problems: list[tuple[int | None, str]] = []
+    for item in error.errors():
+        loc = [str(part) for part in item["loc"]]
+        if loc == ["body", "records"] and item["type"] == "too_long":
+            return PayloadTooLarge(f"more than {MAX_RECORDS} records; at most {MAX_RECORDS}")
+        if loc[:2] != ["body", "records"] or len(loc) < 3 or not loc[2].isdigit():
+            problems.append((None, f"{'.'.join(loc)}: {item['msg']}"))
+    if problems:
+        return invalid(problems)
+    # Only records are wrong, so the body is a JSON object with a list of records.
+    _, found = prepare(topic, json.loads(body)["records"], max_bytes)
+    return invalid(list(found))
+
+
+class ProduceRoute(APIRoute):
+    """Checks the token and the topic, and reads the body within its limit, before
+    FastAPI parses it; gives body validation errors this route's shape; counts refusals."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def bounded(request: Request) -> Response:
+            topic = request.path_params.get("topic", "")
+            label = topic if topic in SOURCE_TOPICS else "other"
+            try:
+                await authorize(request)
+                check_topic(topic)
+                body = await read_bounded(request)
+                return await handler(Request(request.scope, _replay(body)))
+            except RequestValidationError as error:
+                max_bytes = request.app.state.worker.settings.max_event_bytes
+                refusal = as_refusal(error, body, topic, max_bytes)
+                REFUSED.labels(label, REASONS[refusal.status]).inc()
+                raise refusal from None
+            except QueryError as error:
+                REFUSED.labels(label, REASONS.get(error.status, "kafka-unavailable")).inc()
+                raise
+
+        return bounded
+
+
+def check_topic(topic: str) -> None:
+    if topic not in SOURCE_TOPICS:
+        raise NotFound(f"{topic[:80]!r} is not a source topic: {', '.join(SOURCE_TOPICS)}")
+
+
+def _replay(body: bytes) -> Callable[[], Coroutine[Any, Any, dict[str, Any]]]:
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+def invalid(problems: list[tuple[int | None, str]]) -> InvalidRecords:
+    records = sum(1 for index, _ in problems if index is not None)
+    what = f"{records} invalid record{'s' if records != 1 else ''}" if records else "invalid body"
+    return InvalidRecords(f"{what}; nothing was written", problems)
+
+
+router = APIRouter(
+    prefix="/topics",
+    tags=["topics"],
+    dependencies=[Depends(require_token)],
+    route_class=ProduceRoute,
+)
+
+EXAMPLES = {
+    "text-lines": Example(
+        summary="text-lines: lines of text (any key, or none)",
+        value={"records": [{"key": None, "value": "the quick brown fox"}]},
+    ),
+    "item-events": Example(
+        summary="item-events: a sale (a null key becomes the store_id)",
+        value={
+            "records": [
+                {
+                    "key": None,
+                    "value": {
+                        "event_id": "e-1",
+                        "store_id": "store-01",
+                        "sku": "sku-7",
+                        "kind": "sale",
+                        "quantity": 2,
+                        "unit_price": 3.5,
+                        "ts": 1764000000000,
+                    },
+                }
+            ]
+        },
+    ),
+    "payments": Example(
+        summary="payments: the payment that settles sale e-1",
+        value={
+            "records": [
+                {
+                    "key": "store-01",
+                    "value": {
+                        "payment_id": "p-1",
+                        "sale_event_id": "e-1",
+                        "store_id": "store-01",
+                        "amount": 7.0,
+                        "ts": 1764000060000,
+                    },
+                }
+            ]
+        },
+    ),
+    "products": Example(
+        summary="products: a catalogue record (a null key becomes the sku)",
+        value={
+            "records": [
+                {"key": None, "value": {"sku": "sku-7", "name": "oat milk", "category": "dairy"}}
+            ]
+        },
+    ),
+}
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorDetail, "description": "missing or wrong bearer token"},
+    404: {"model": ErrorDetail, "description": "not one of the source topics"},
+    413: {"model": ErrorDetail, "description": "body over 1 MiB, or over 1,000 records"},
+    422: {
+        "model": InvalidRecordsDetail,
+        "description": "some records are invalid: each one's index and reason; nothing was written",
+    },
+    503: {
+        "model": ErrorDetail,
+        "description": "Kafka did not acknowledge the records (the detail says how many "
+        "were written all the same); retry after Retry-After seconds",
+        "headers": {
+            "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}
+        },
+    },
+}
+
+
+@router.post(
+    "/{topic}/records",
+    response_model=Produced,
+    responses=ERRORS,
+    summary="Write records to a source topic",
+)
+async def produce(
+    topic: Annotated[
+        str, Path(description="A source topic: text-lines, item-events, payments or products.")
+    ],
+    body: Annotated[ProduceRequest, Body(openapi_examples=EXAMPLES)],
+    request: Request,
+    worker: Worker,
+) -> Produced:
+    """Write records to a source topic, all or none, with acks=all.
+
+    Every record is first validated as the stream validates what it reads (the topic's
+    schema, the event size limit, the key rules); if any is invalid, nothing is written.
+    The answer gives each record's partition and offset, and a token naming the written
+    positions.
+    """
+    check_topic(topic)
+    ready, problems = prepare(topic, body.records, worker.settings.max_event_bytes)
+    if problems:
+        raise invalid(list(problems))
+    producer: RecordProducer = request.app.state.producer
+    placed = await producer.send(topic, ready)
+    PRODUCED.labels(topic).inc(len(placed))
+    positions: dict[int, int] = {}
+    for partition, offset in placed:
+        positions[partition] = max(positions.get(partition, 0), offset + 1)
+    return Produced(
+        topic=topic,
+        offsets=[RecordOffset(partition=p, offset=o) for p, o in placed],
+        token=encode_token(Token(topic, positions), worker.conf.id),
+    )

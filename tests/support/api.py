@@ -1,0 +1,25 @@
+"""The FastAPI app of a worker, built around a stand-in worker, for unit tests."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from fastapi import FastAPI
+
+from api.app import create_api
+from app.settings import Settings
+
+APP_ID = "streamstate"
+
+
+def make_api(token: str | None = None, bootstrap: str = "127.0.0.1:9", **settings: Any) -> FastAPI:
+    """create_api() of a worker that has no assignment yet; ``settings`` override
+    Settings fields."""
+    worker = SimpleNamespace(
+        conf=SimpleNamespace(canonical_url="http://127.0.0.1:6066", id=APP_ID),
+        settings=Settings(broker_url=bootstrap, api_token=token, **settings),
+        # What /metrics reads of a worker before its first assignment.
+        tables=SimpleNamespace(recovery=SimpleNamespace(active_remaining=dict)),
+    )
+    return create_api(worker)

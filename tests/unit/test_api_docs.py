@@ -1,0 +1,71 @@
+"""/docs and /redoc name no other host, and their assets come from the worker itself."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.docs import ASSETS, ASSETS_URL
+from tests.support.api import make_api
+
+CLIENT = TestClient(make_api())
+
+
+def urls(html: str) -> list[str]:
+    return re.findall(r'(?:src|href)="([^"]*)"', html)
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_a_docs_page_loads_everything_from_the_worker(page: str) -> None:
+    answer = CLIENT.get(page)
+    assert answer.status_code == 200
+    found = urls(answer.text)
+    assert found, answer.text
+    assert all(url.startswith(ASSETS_URL + "/") for url in found), found
+    assert "googleapis" not in answer.text
+    assert "'/openapi.json'" in answer.text or '"/openapi.json"' in answer.text
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc", "/docs/oauth2-redirect"])
+def test_a_docs_page_may_load_nothing_from_another_host(page: str) -> None:
+    policy = CLIENT.get(page).headers["content-security-policy"]
+    directives = dict(d.split(" ", 1) for d in policy.split("; "))
+    assert directives["default-src"] == "'none'"
+    for kind in ("script-src", "style-src", "img-src", "connect-src", "font-src"):
+        sources = directives[kind].split()
+        assert "'self'" in sources
+        assert not [s for s in sources if "." in s or s in ("*", "https:", "http:")], sources
+
+
+def test_swagger_ui_asks_no_online_validator() -> None:
+    assert '"validatorUrl": null' in CLIENT.get("/docs").text
+
+
+@pytest.mark.parametrize(
+    ("name", "media_type"),
+    [
+        ("swagger-ui-bundle.js", "javascript"),
+        ("swagger-ui.css", "text/css"),
+        ("redoc.standalone.js", "javascript"),
+        ("favicon.png", "image/png"),
+    ],
+)
+def test_the_assets_are_served(name: str, media_type: str) -> None:
+    assert name in ASSETS
+    answer = CLIENT.get(f"{ASSETS_URL}/{name}")
+    assert answer.status_code == 200
+    assert media_type in answer.headers["content-type"]
+    assert len(answer.content) > 500
+
+
+def test_the_oauth2_redirect_page_is_served() -> None:
+    assert CLIENT.get("/docs/oauth2-redirect").status_code == 200
+
+
+def test_the_docs_pages_stay_out_of_the_openapi_document() -> None:
+    paths = CLIENT.get("/openapi.json").json()["paths"]
+    assert "/docs" not in paths
+    assert "/redoc" not in paths
+    assert "/tables/{table}/keys/{key}" in paths

@@ -1,0 +1,410 @@
+"""POST /topics/{topic}/records without a broker: validation by the stream's rules, all or
+nothing, limits, the token rule, refusals in /metrics, and a real producer that finds no
+Kafka (503)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import orjson
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from api.records import Outgoing
+from api.routes.topics import MAX_BODY_BYTES
+from api.tokens import Token, decode_token
+from app.metrics import REGISTRY
+from app.semantics import InvalidEvent, check_key, parse_item_event
+from app.topics import partition_for
+from tests.support import api as support
+from tests.support.api import APP_ID
+
+TOKEN = "s3cret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+NOW = 1_764_000_000_000
+
+
+def sale(store: str = "store-1", **changes: Any) -> dict[str, Any]:
+    event = {"event_id": "e-1", "store_id": store, "sku": "sku-1", "kind": "sale",
+             "quantity": 2, "unit_price": 3.5, "ts": NOW}  # fmt: skip
+    return {**event, **changes}
+
+
+def payment(store: str = "store-1") -> dict[str, Any]:
+    return {"payment_id": "p-1", "sale_event_id": "e-1", "store_id": store,
+            "amount": 7.0, "ts": NOW}  # fmt: skip
+
+
+def product(sku: str = "sku-1") -> dict[str, Any]:
+    return {"sku": sku, "name": "oat milk", "category": "dairy"}
+
+
+class FakeProducer:
+    """Stands for the Kafka producer: places records as Kafka's partitioner would."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list[Outgoing]]] = []
+        self.ends: dict[int, int] = {}
+
+    async def send(self, topic: str, records: Sequence[Outgoing]) -> list[tuple[int, int]]:
+        self.sent.append((topic, list(records)))
+        placed = []
+        for record in records:
+            partition = 5 if record.key is None else partition_for(record.key, 8)
+            offset = self.ends.get(partition, 100)
+            self.ends[partition] = offset + 1
+            placed.append((partition, offset))
+        return placed
+
+    async def stop(self) -> None:
+        pass
+
+
+def make_api(token: str | None = TOKEN, **settings: Any) -> FastAPI:
+    return support.make_api(token, **settings)
+
+
+@pytest.fixture
+def producer() -> FakeProducer:
+    return FakeProducer()
+
+
+@pytest.fixture
+def client(producer: FakeProducer) -> TestClient:
+    api = make_api()
+    api.state.producer = producer
+    return TestClient(api, headers=AUTH)
+
+
+def post(client: TestClient, topic: str, records: list[dict[str, Any]]) -> Any:
+    return client.post(f"/topics/{topic}/records", json={"records": records})
+
+
+def errors(answer: Any) -> dict[int | None, str]:
+    assert answer.status_code == 422, answer.text
+    return {e["index"]: e["reason"] for e in answer.json()["errors"]}
+
+
+# -- accepted ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("topic", "record", "key"),
+    [
+        ("text-lines", {"key": None, "value": "the quick brown fox"}, None),
+        ("text-lines", {"key": "any key", "value": "über café"}, b"any key"),
+        ("item-events", {"key": None, "value": sale()}, b"store-1"),
+        ("item-events", {"key": "store-1", "value": sale()}, b"store-1"),
+        ("payments", {"key": None, "value": payment("store-9")}, b"store-9"),
+        ("products", {"key": None, "value": product("sku-4")}, b"sku-4"),
+    ],
+)
+def test_a_valid_record_is_produced_with_its_key(
+    client: TestClient, producer: FakeProducer, topic: str, record: dict[str, Any], key: Any
+) -> None:
+    answer = post(client, topic, [record])
+    assert answer.status_code == 200, answer.text
+    [(sent_topic, [outgoing])] = producer.sent
+    assert sent_topic == topic
+    assert outgoing.key == key
+    value = record["value"]
+    if topic == "text-lines":
+        assert outgoing.value == value.encode()
+    else:
+        assert orjson.loads(outgoing.value or b"") == value
+
+
+def test_the_answer_gives_each_records_offset_in_order_and_a_token(
+    client: TestClient, producer: FakeProducer
+) -> None:
+    stores = ["store-1", "store-2", "store-1", "store-3", "store-2"]
+    answer = post(client, "item-events", [{"key": None, "value": sale(s)} for s in stores])
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["topic"] == "item-events"
+    partitions = [partition_for(s.encode(), 8) for s in stores]
+    assert [o["partition"] for o in body["offsets"]] == partitions
+    last: dict[int, int] = {}
+    for place in body["offsets"]:
+        last[place["partition"]] = max(last.get(place["partition"], 0), place["offset"] + 1)
+    assert decode_token(body["token"], APP_ID) == Token("item-events", last)
+
+
+def test_a_product_tombstone_needs_its_key(client: TestClient, producer: FakeProducer) -> None:
+    assert post(client, "products", [{"key": "sku-1", "value": None}]).status_code == 200
+    assert producer.sent == [("products", [Outgoing(b"sku-1", None)])]
+    assert (
+        "needs its sku as key"
+        in errors(post(client, "products", [{"key": None, "value": None}]))[0]
+    )
+
+
+def test_a_json_value_is_produced_compact_and_as_given(
+    client: TestClient, producer: FakeProducer
+) -> None:
+    post(
+        client, "products", [{"key": None, "value": {"sku": "s", "name": "crème", "category": "c"}}]
+    )
+    [(_, [outgoing])] = producer.sent
+    assert outgoing.value == '{"sku":"s","name":"crème","category":"c"}'.encode()
+
+
+# -- refused by the stream's rules ---------------------------------------------------------
+
+
+def test_a_key_that_differs_from_the_store_id_is_refused(client: TestClient) -> None:
+    found = errors(post(client, "item-events", [{"key": "store-2", "value": sale("store-1")}]))
+    assert found == {0: "key: 'store-2' does not match store_id 'store-1'"}
+
+
+def test_a_key_that_differs_from_the_sku_is_refused(client: TestClient) -> None:
+    found = errors(post(client, "products", [{"key": "sku-2", "value": product("sku-1")}]))
+    assert found == {0: "key: 'sku-2' does not match sku 'sku-1'"}
+
+
+def test_a_text_line_is_a_string(client: TestClient) -> None:
+    found = errors(post(client, "text-lines", [{"key": None, "value": {"line": "x"}}]))
+    assert found == {0: "value: a text line is a JSON string, not an object"}
+
+
+def test_an_event_over_the_size_limit_is_refused_as_the_stream_would() -> None:
+    api = make_api(max_event_bytes=100)
+    api.state.producer = FakeProducer()
+    client = TestClient(api, headers=AUTH)
+    found = errors(post(client, "text-lines", [{"key": None, "value": "x" * 101}]))
+    assert found == {0: "value: 101 bytes exceeds the limit of 100"}
+    assert post(client, "text-lines", [{"key": None, "value": "x" * 100}]).status_code == 200
+
+
+def test_every_bad_record_is_named_and_nothing_is_produced(
+    client: TestClient, producer: FakeProducer
+) -> None:
+    records = [
+        {"key": None, "value": sale()},
+        {"key": None, "value": sale(kind="sale", unit_price=None)},
+        {"key": None, "value": sale(quantity=0)},
+        {"key": 7, "value": sale()},
+        {"value": sale(), "partition": 3},
+        {"key": None, "value": sale(ts="yesterday")},
+        {"key": None, "value": sale()},
+    ]
+    found = errors(post(client, "item-events", records))
+    assert sorted(found) == [1, 2, 3, 4, 5]
+    assert "unit_price is required for a sale" in found[1]
+    assert "quantity must be > 0 for sale" in found[2]
+    assert found[3] == "key: Input should be a valid string"
+    assert found[4] == "partition: Extra inputs are not permitted"
+    assert found[5].startswith("ts: ")
+    assert producer.sent == []
+
+
+def test_the_answer_counts_the_bad_records(client: TestClient) -> None:
+    answer = post(client, "text-lines", [{"key": None, "value": 1}, {"key": None, "value": 2}])
+    assert answer.json()["detail"] == "2 invalid records; nothing was written"
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ('{"records": [{"key": null, "value": "\\ud800"}]}', "value: not UTF-8"),
+        ('{"records": [{"key": "\\udfff", "value": "line"}]}', "key: not UTF-8"),
+        ('{"records": [{"key": null, "value": NaN}]}', "value: a text line is a JSON string"),
+    ],
+)
+def test_text_that_is_not_utf8_is_refused(client: TestClient, body: str, reason: str) -> None:
+    answer = client.post("/topics/text-lines/records", content=body, headers=JSON)
+    assert errors(answer)[0].startswith(reason)
+
+
+def test_nan_is_not_json(client: TestClient) -> None:
+    body = orjson.dumps({"records": [{"key": None, "value": sale()}]}).replace(b"3.5", b"NaN")
+    answer = client.post("/topics/item-events/records", content=body, headers=JSON)
+    assert errors(answer) == {0: "value: NaN and Infinity are not JSON numbers"}
+
+
+JSON = {"content-type": "application/json"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"{", b"[]", b'{"records": "x"}', b'{"records": []}', b'{"records": [], "more": 1}', b""],
+)
+def test_a_body_of_the_wrong_shape_is_refused_as_a_whole(client: TestClient, body: bytes) -> None:
+    found = errors(client.post("/topics/text-lines/records", content=body, headers=JSON))
+    assert None in found
+
+
+PROPERTY_API = make_api()
+PROPERTY_API.state.producer = FakeProducer()
+PROPERTY_CLIENT = TestClient(PROPERTY_API, headers=AUTH)
+
+
+@settings(deadline=None, max_examples=80)
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "event_id": st.sampled_from(["e", "", 5]),
+            "store_id": st.sampled_from(["store-1", "", None]),
+            "sku": st.just("sku-1"),
+            "kind": st.sampled_from(["sale", "restock", "adjust", "refund"]),
+            "quantity": st.integers(-3, 3) | st.floats(-3, 3),
+            "unit_price": st.none() | st.floats(-1, 10),
+            "ts": st.integers(-1, 2**64) | st.text(max_size=3),
+        },
+    ),
+    st.sampled_from([None, "store-1", "store-2"]),
+)
+def test_the_api_accepts_an_item_event_exactly_when_the_stream_does(
+    value: dict[str, Any], key: str | None
+) -> None:
+    answer = post(PROPERTY_CLIENT, "item-events", [{"key": key, "value": value}])
+    raw = orjson.dumps(value)
+    try:
+        event = parse_item_event(raw)
+        check_key(key.encode() if key else event.store_id.encode(), event.store_id, "store_id")
+        stream_accepts = True
+    except InvalidEvent:
+        stream_accepts = False
+    assert (answer.status_code == 200) == stream_accepts, answer.text
+
+
+# -- topics, limits, token -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("topic", ["nope", "settled-sales", "text-lines-dlq", "corrections"])
+def test_a_topic_that_is_not_a_source_is_not_found(client: TestClient, topic: str) -> None:
+    answer = post(client, topic, [{"key": None, "value": "x"}])
+    assert answer.status_code == 404
+    assert "is not a source topic" in answer.json()["detail"]
+
+
+def test_more_than_a_thousand_records_is_too_large(
+    client: TestClient, producer: FakeProducer
+) -> None:
+    answer = post(client, "text-lines", [{"key": None, "value": "x"}] * 1001)
+    assert answer.status_code == 413
+    assert post(client, "text-lines", [{"key": None, "value": "x"}] * 1000).status_code == 200
+    assert len(producer.sent[0][1]) == 1000
+
+
+def test_a_body_over_one_mebibyte_is_too_large(client: TestClient) -> None:
+    line = "x" * 60_000
+    body = orjson.dumps({"records": [{"key": None, "value": line}] * 18})
+    assert len(body) > MAX_BODY_BYTES
+    answer = client.post("/topics/text-lines/records", content=body, headers=JSON)
+    assert answer.status_code == 413
+    assert answer.json()["detail"] == f"body of {len(body)} bytes; at most {MAX_BODY_BYTES}"
+
+
+def test_a_chunked_body_is_cut_off_at_one_mebibyte(client: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"records": [{"key": null, "value": "'
+        for _ in range(20):
+            yield b"x" * 60_000
+        yield b'"}]}'
+
+    answer = client.post("/topics/text-lines/records", content=chunks(), headers=JSON)
+    assert answer.status_code == 413
+    assert answer.json()["detail"] == f"body of more than {MAX_BODY_BYTES} bytes"
+
+
+def test_without_the_bearer_token_nothing_is_looked_at(producer: FakeProducer) -> None:
+    api = make_api()
+    api.state.producer = producer
+    client = TestClient(api)
+    for topic in ("text-lines", "nope"):
+        answer = post(client, topic, [{"key": None, "value": "x"}])
+        assert answer.status_code == 401
+        assert answer.headers["www-authenticate"] == "Bearer"
+    wrong = {"Authorization": "Bearer nope"}
+    answer = client.post("/topics/text-lines/records", content=b"x" * (2 << 20), headers=wrong)
+    assert answer.status_code == 401
+    assert producer.sent == []
+
+
+def test_without_a_configured_token_no_header_is_needed(producer: FakeProducer) -> None:
+    api = make_api(token=None)
+    api.state.producer = producer
+    assert post(TestClient(api), "text-lines", [{"key": None, "value": "x"}]).status_code == 200
+
+
+def test_kafka_out_of_reach_is_a_503_with_retry_after() -> None:
+    with socket.socket() as closed:  # a port where nothing listens
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        api = make_api(bootstrap=f"127.0.0.1:{port}")
+        answer = post(TestClient(api, headers=AUTH), "text-lines", [{"key": None, "value": "x"}])
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "2"
+    assert "cannot connect to Kafka" in answer.json()["detail"]
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_written_records_and_refusals_are_counted(client: TestClient) -> None:
+    produced = sample("streamstate_produced_records_total", topic="payments")
+    invalid = sample("streamstate_produce_refusals_total", topic="payments", reason="invalid")
+    unknown = sample("streamstate_produce_refusals_total", topic="other", reason="unknown-topic")
+    post(client, "payments", [{"key": None, "value": payment()}] * 3)
+    post(client, "payments", [{"key": None, "value": {}}])
+    post(client, "no-such-topic", [{"key": None, "value": "x"}])
+    assert sample("streamstate_produced_records_total", topic="payments") == produced + 3
+    assert (
+        sample("streamstate_produce_refusals_total", topic="payments", reason="invalid")
+        == invalid + 1
+    )
+    assert (
+        sample("streamstate_produce_refusals_total", topic="other", reason="unknown-topic")
+        == unknown + 1
+    )
+    text = client.get("/metrics").text
+    assert 'streamstate_produced_records_total{topic="payments"}' in text
+
+
+# -- the OpenAPI document ----------------------------------------------------------------
+
+PRODUCE = "/topics/{topic}/records"
+
+
+def test_the_produce_route_documents_its_body_answers_and_errors() -> None:
+    document = TestClient(make_api()).get("/openapi.json").json()
+    operation = document["paths"][PRODUCE]["post"]
+    body = operation["requestBody"]["content"]["application/json"]
+    assert body["schema"] == {"$ref": "#/components/schemas/ProduceRequest"}
+    assert set(body["examples"]) == {"text-lines", "item-events", "payments", "products"}
+    responses = operation["responses"]
+    assert set(responses) == {"200", "401", "404", "413", "422", "503"}
+    schema = responses["422"]["content"]["application/json"]["schema"]
+    assert schema == {"$ref": "#/components/schemas/InvalidRecordsDetail"}
+    assert "Retry-After" in responses["503"]["headers"]
+    assert operation["security"] == [{"HTTPBearer": []}]
+    records = document["components"]["schemas"]["ProduceRequest"]["properties"]["records"]
+    assert (records["minItems"], records["maxItems"]) == (1, 1000)
+
+
+def test_the_documented_answer_example_is_a_real_token() -> None:
+    schemas = TestClient(make_api()).get("/openapi.json").json()["components"]["schemas"]
+    [example] = schemas["Produced"]["examples"]
+    token = decode_token(example["token"], APP_ID)
+    assert token.topic == example["topic"]
+    assert token == Token(
+        example["topic"], {o["partition"]: o["offset"] + 1 for o in example["offsets"]}
+    )
+
+
+@pytest.mark.parametrize("topic", ["text-lines", "item-events", "payments", "products"])
+def test_each_documented_request_example_is_accepted(topic: str) -> None:
+    api = make_api()
+    api.state.producer = FakeProducer()
+    operation = TestClient(api).get("/openapi.json").json()["paths"][PRODUCE]["post"]
+    example = operation["requestBody"]["content"]["application/json"]["examples"][topic]
+    answer = TestClient(api, headers=AUTH).post(f"/topics/{topic}/records", json=example["value"])
+    assert answer.status_code == 200, answer.text
