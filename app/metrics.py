@@ -111,7 +111,8 @@ class WorkerCollector(Collector):
             "Changelog records an active partition still has to restore.",
             labels=["topic", "partition"],
         )
-        for tp, n in sorted((_safe(recovery.active_remaining, {}) or {}).items()):
+        found = _safe(lambda: recovery.active_remaining(), {}) if recovery is not None else {}
+        for tp, n in sorted((found or {}).items()):
             remaining.add_metric([tp.topic, str(tp.partition)], max(0, n))
         yield remaining
         if stats is None:
