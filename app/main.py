@@ -83,6 +83,13 @@ class StreamstateApp(EngineApp):
             )
 
     def on_init_dependencies(self) -> Iterable[ServiceT]:
+        # The worker CLI has set web_host/web_port by now: the canonical URL is final, and
+        # the group's consumer is created below.
+        instance = self.settings.group_instance_id
+        if instance is None:
+            instance = str(self.conf.canonical_url)
+        conf: Any = self.conf
+        conf.consumer_group_instance_id = instance or None
         deps = list(super().on_init_dependencies())
         if not (self.producer_only or self.client_only):
             deps.append(self.wiring.catalog)

@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     topic_replication_factor: int = Field(
         1, ge=1, validation_alias=_env("TOPIC_REPLICATION_FACTOR")
     )
+    #: The worker's static group membership (KIP-345): a worker that restarts with the
+    #: same id takes its partitions back without a rebalance. Default: its canonical URL
+    #: (unique in the group, as peers route reads to it); empty: dynamic membership.
+    group_instance_id: str | None = Field(None, validation_alias=_env("CONSUMER_GROUP_INSTANCE_ID"))
     broker_session_timeout: float = Field(
         10.0, gt=0, validation_alias=_env("BROKER_SESSION_TIMEOUT")
     )

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from api.app import create_api
 from app.settings import Settings
+from tables.engine import Engine
 
 APP_ID = "streamstate"
 
@@ -21,5 +22,10 @@ def make_api(token: str | None = None, bootstrap: str = "127.0.0.1:9", **setting
         settings=Settings(broker_url=bootstrap, api_token=token, **settings),
         # What /metrics reads of a worker before its first assignment.
         tables=SimpleNamespace(recovery=SimpleNamespace(active_remaining=dict)),
+        # An engine with no pipeline: the query layer registers its listener on it.
+        wiring=SimpleNamespace(
+            engine=Engine([], {}, None, exactly_once=False, partitions=8)  # type: ignore[arg-type]
+        ),
+        on_partitions_revoked=SimpleNamespace(connect=lambda receiver, weak=True: None),
     )
     return create_api(worker)
