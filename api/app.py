@@ -14,16 +14,18 @@ from prometheus_client import CollectorRegistry
 from api.changes import ChangeHub, Changes
 from api.docs import add_docs
 from api.errors import register_handlers
+from api.members import DeadMembers
 from api.middleware import LatencyMiddleware
 from api.peers import Peers
 from api.positions import ConsistencyCollector, InputEnds, Positions, PositionWaits
 from api.producer import RecordProducer
 from api.queries import Queries
 from api.routes import health, internal, metadata, metrics, tables, topics
-from api.routing import normalize_url
+from api.routing import Routing, normalize_url
 from api.scans import Scans
 from app.metrics import WorkerCollector
 from app.topics import SOURCE_TOPICS
+from tables.faust_adapter import remove_static_members
 
 #: How often reads waiting for a position look at the standby copies again, in seconds.
 STANDBY_RECHECK_S = 0.05
@@ -70,12 +72,25 @@ def create_api(worker: Any) -> FastAPI:
             if waits.waiting:
                 waits.notify()
 
+    routing = Routing(worker)
+    dead = DeadMembers(
+        routing.peers,
+        lambda urls: remove_static_members(settings.bootstrap_servers, str(worker.conf.id), urls),
+        probes=settings.dead_member_probes,
+    )
+    # Members are named by their canonical URL only when instance ids are left at their
+    # default; with ids of the operator's choosing, dead members wait for their sessions.
+    watch_members = settings.evict_dead_members and settings.group_instance_id is None
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         producer.warm_up()
         ends.start()
         rechecks = asyncio.ensure_future(recheck_waits())
+        watch = asyncio.ensure_future(dead.run()) if watch_members else None
         yield
+        if watch is not None:
+            watch.cancel()
         rechecks.cancel()
         hub.moved()
         await ends.stop()
@@ -95,6 +110,7 @@ def create_api(worker: Any) -> FastAPI:
     add_docs(api)
     api.state.worker = worker
     api.state.hub = hub
+    api.state.dead_members = dead
     api.state.producer = producer
     api.state.queries = queries = Queries(worker, peers, positions, waits)
     api.state.scans = Scans(queries)

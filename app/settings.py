@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     restore_bulk_min_records: int = Field(2000, gt=0)
     #: How often standby updates are flushed to RocksDB, in seconds.
     standby_flush_interval: float = Field(0.5, gt=0)
+    #: Remove a peer from the group as soon as its port refuses connections this many
+    #: probes in a row (0.5 s apart): its process is gone (api/members.py).
+    evict_dead_members: bool = True
+    dead_member_probes: int = Field(2, ge=1)
     #: How long a forwarded key read may take before a standby answers, in seconds.
     forward_timeout: float = Field(1.0, gt=0)
     #: Windows of sales_by_category are kept this long, in days.

@@ -20,6 +20,8 @@ What it does:
   tails, highwaters that work for transactional changelogs, and restore figures.
 * Under ``exactly_once`` the engine owns the transactions (faust itself runs at least
   once): the group's consumer reads ``read_committed`` (:class:`EngineTransport`).
+* :func:`remove_static_members` removes a dead worker's static membership from the group
+  on its behalf (LeaveGroup v3, which aiokafka does not send).
 """
 
 from __future__ import annotations
@@ -37,7 +39,15 @@ from typing import Any
 import faust
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as KafkaTP
-from aiokafka.errors import CommitFailedError, ConsumerStoppedError, IllegalStateError
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import (
+    CommitFailedError,
+    ConsumerStoppedError,
+    IllegalStateError,
+    for_code,
+)
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Fetcher
@@ -184,6 +194,72 @@ def internal_channels(app: faust.App) -> list[Any]:
     leader: Any = app._leader_assignor
     channels.append(leader._leader_topic)
     return channels
+
+
+# -- removing a static member on its behalf (KIP-345) -------------------------------------
+
+
+class _LeaveGroupResponseV3(Response):  # type: ignore[misc]
+    API_KEY = 13
+    API_VERSION = 3
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        (
+            "members",
+            Array(
+                ("member_id", String("utf-8")),
+                ("group_instance_id", String("utf-8")),
+                ("error_code", Int16),
+            ),
+        ),
+    )
+
+
+class _LeaveGroupRequestV3(RequestStruct):  # type: ignore[misc]
+    API_KEY = 13
+    API_VERSION = 3
+    RESPONSE_TYPE = _LeaveGroupResponseV3
+    SCHEMA = Schema(
+        ("group_id", String("utf-8")),
+        ("members", Array(("member_id", String("utf-8")), ("group_instance_id", String("utf-8")))),
+    )
+
+
+class _RemoveStaticMembers(Request[_LeaveGroupRequestV3]):  # type: ignore[misc]
+    """LeaveGroup v3 naming members by their ``group.instance.id`` (aiokafka sends v0-v1)."""
+
+    API_KEY = 13
+
+    def __init__(self, group: str, instance_ids: Sequence[str]) -> None:
+        self.group = group
+        self.instance_ids = list(instance_ids)
+
+    def build(self, request_struct_class: type[_LeaveGroupRequestV3]) -> _LeaveGroupRequestV3:
+        return request_struct_class(self.group, [("", i) for i in self.instance_ids])
+
+
+async def remove_static_members(
+    bootstrap: str, group: str, instance_ids: Sequence[str]
+) -> dict[str, str]:
+    """Remove static members from ``group`` on their behalf, as Kafka's admin API does
+    (KIP-345): the group rebalances at once instead of waiting for their sessions to
+    expire. Returns each instance id's outcome: ``removed``, or the broker's error."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        coordinator = await admin.find_coordinator(group)
+        request = _RemoveStaticMembers(group, instance_ids)
+        response: Any = await admin._send_request_to_node(coordinator, request)
+    finally:
+        await admin.close()
+    outcome = {}
+    if response.error_code:
+        error = for_code(response.error_code).__name__
+        return dict.fromkeys(instance_ids, error)
+    for _member_id, instance_id, code in response.members:
+        outcome[instance_id] = "removed" if code == 0 else for_code(code).__name__
+    return outcome
 
 
 # -- the fetch loop ----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from faust.stores.rocksdb import Store as RocksStore
 from faust.tables import TableManager
 from faust.tables.recovery import Recovery
@@ -30,6 +31,7 @@ from tables.faust_adapter import (
     check_versions,
     consumer_connected,
     consumer_position,
+    remove_static_members,
 )
 from tests.support.kafka import LocalKafka, local_kafka
 from tests.support.kafka_io import create_topics
@@ -191,3 +193,42 @@ def test_a_consumer_that_has_no_position_yet_has_none(kafka: LocalKafka) -> None
             await consumer.stop()
 
     assert asyncio.run(check()) is None
+
+
+def test_a_static_member_is_removed_from_its_group_on_its_behalf(kafka: LocalKafka) -> None:
+    topic, group = "contract-static", "contract-static-group"
+    create_topics(kafka.bootstrap, {topic: 2})
+
+    async def check() -> tuple[dict[str, str], int, int]:
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=kafka.bootstrap,
+            group_id=group,
+            group_instance_id="worker-a",
+            session_timeout_ms=30_000,
+        )
+        await consumer.start()
+        try:
+            while not consumer.assignment():
+                await consumer.getmany(timeout_ms=200)
+            before = await _members(kafka.bootstrap, group)
+            outcome = await remove_static_members(kafka.bootstrap, group, ["worker-a", "nobody"])
+            after = await _members(kafka.bootstrap, group)
+        finally:
+            await consumer.stop()
+        return outcome, before, after
+
+    outcome, before, after = asyncio.run(check())
+    assert outcome["worker-a"] == "removed"
+    assert outcome["nobody"] == "UnknownMemberIdError"
+    assert (before, after) == (1, 0)  # gone at once, not after its 30 s session
+
+
+async def _members(bootstrap: str, group: str) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        [description] = await admin.describe_consumer_groups([group])
+    finally:
+        await admin.close()
+    return len(description.groups[0][5])
