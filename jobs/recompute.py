@@ -2,14 +2,17 @@
 with the live tables and optionally repair the live ones.
 
     python -m jobs.recompute --bootstrap 127.0.0.1:9092 --out DIR [--repair] [--master local[*]]
+                             [--python-env PYTHON]
 
-Exit status: 0 when nothing differs, 3 when something differs, other non-zero on error.
+Exit status: 0 when nothing differs, 3 when something differs, 2 when the executors lack
+what the job needs (the preflight), other non-zero on error.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -24,13 +27,13 @@ if __package__ in (None, ""):  # run as a file, e.g. by spark-submit
 
 from pyspark.sql import functions as sf
 
-from jobs import compare, transforms
+from jobs import compare, preflight, transforms
 from jobs import io as kio
 from jobs.cut import Cut, take_cut
-from jobs.session import build_session
+from jobs.session import build_session, udf_jar_in_use
 
 SOURCES = ("text-lines", "item-events", "products")
-EXIT_SAME, EXIT_DIFFERS, EXIT_ERROR = 0, 3, 1
+EXIT_SAME, EXIT_DIFFERS, EXIT_ERROR, EXIT_PREFLIGHT = 0, 3, 1, 2
 DAY_MS = 86_400_000
 T = TypeVar("T")
 #: The scheduler pools of the views phase (those of the comparisons are the table names);
@@ -52,6 +55,9 @@ class Options:
     max_event_bytes: int = 64 * 1024
     window_retention_ms: int = 7 * DAY_MS
     shuffle_partitions: int | None = None
+    #: An interpreter every executor has, with the job's dependencies; None: the job's
+    #: packed environment on a cluster (see jobs/pyenv.py).
+    python_env: str | None = None
 
 
 class Progress:
@@ -70,21 +76,55 @@ class Progress:
         return time.monotonic() - self.started
 
 
-def _take_cut(options: Options) -> Cut:
+async def _take_cut(options: Options) -> Cut:
     changelogs = [spec.changelog for spec in compare.specs(options.app_id).values()]
-    return asyncio.run(
-        asyncio.wait_for(
-            take_cut(
-                options.bootstrap,
-                list(SOURCES),
-                changelogs,
-                [kio.CORRECTIONS_TOPIC],
-                options.app_id,
-                options.settle_s,
-            ),
-            timeout=options.settle_s + 120,
-        )
+    return await asyncio.wait_for(
+        take_cut(
+            options.bootstrap,
+            list(SOURCES),
+            changelogs,
+            [kio.CORRECTIONS_TOPIC],
+            options.app_id,
+            options.settle_s,
+        ),
+        timeout=options.settle_s + 120,
     )
+
+
+def checked_session(options: Options, say: Progress, spark: Any = None) -> Any:
+    """The job's session (``spark``, or a new one), its executors checked by the
+    preflight when they are a cluster's; a new session is stopped when the check fails."""
+    own = spark is None
+    if own:
+        spark = build_session(options.master, options.shuffle_partitions, options.python_env)
+    try:
+        if not str(spark.sparkContext.master).startswith("local"):
+            preflight.run(spark, udf_jar_in_use(spark), say)
+    except BaseException:
+        if own:
+            spark.stop()
+        raise
+    return spark
+
+
+async def prepare(options: Options, say: Progress, spark: Any = None) -> tuple[Any, Cut]:
+    """The checked session and the offset cut, at once: the JVM starts and the executors
+    are checked while the cut waits for the workers to settle. A failed preflight ends
+    the wait."""
+    cutting = asyncio.ensure_future(_take_cut(options))
+    try:
+        ready = await asyncio.to_thread(checked_session, options, say, spark)
+    except BaseException:
+        cutting.cancel()
+        with contextlib.suppress(BaseException):
+            await cutting
+        raise
+    try:
+        return ready, await cutting
+    except BaseException:
+        if spark is None:
+            ready.stop()
+        raise
 
 
 def _word_count_view(options: Options, lines: Any, say: Progress) -> Any:
@@ -325,24 +365,10 @@ def summary(report: dict[str, Any]) -> str:
 def run(options: Options, spark: Any = None) -> int:
     """One run; returns the exit status. ``spark`` reuses an existing session."""
     say = Progress()
-    options.out.mkdir(parents=True, exist_ok=True)
     own_session = spark is None
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="session") as pool:
-        # Our own JVM starts while the cut is taken.
-        starting = (
-            pool.submit(build_session, options.master, options.shuffle_partitions)
-            if own_session
-            else None
-        )
-        say(f"taking the offset cut on {options.bootstrap} (settle up to {options.settle_s:.0f}s)")
-        try:
-            cut = _take_cut(options)
-        except BaseException:
-            if starting is not None:
-                starting.result().stop()
-            raise
-        if starting is not None:
-            spark = starting.result()
+    say(f"taking the offset cut on {options.bootstrap} (settle up to {options.settle_s:.0f}s)")
+    spark, cut = asyncio.run(prepare(options, say, spark))
+    options.out.mkdir(parents=True, exist_ok=True)
     idle = ", no worker in the group" if cut.group_members == 0 else ""
     say(f"cut taken ({'settled' if cut.settled else f'NOT settled, lag {cut.group_lag}{idle}'})")
     try:
@@ -375,6 +401,13 @@ def parse_args(argv: list[str] | None = None) -> Options:
     )
     parser.add_argument("--examples", type=int, default=10, help="examples per table in the report")
     parser.add_argument("--shuffle-partitions", type=int, default=None)
+    parser.add_argument(
+        "--python-env",
+        default=None,
+        metavar="PYTHON",
+        help="an interpreter every executor has, with pyarrow, pandas and pydantic "
+        "(default on a cluster: the job packs the driver's and ships it)",
+    )
     args = parser.parse_args(argv)
     # spark-submit (PYSPARK_GATEWAY_PORT set) chooses the master itself.
     master = args.master or (None if "PYSPARK_GATEWAY_PORT" in env else "local[*]")
@@ -390,6 +423,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         max_event_bytes=int(env.get("STREAMSTATE_MAX_EVENT_BYTES", str(64 * 1024))),
         window_retention_ms=int(days * DAY_MS),
         shuffle_partitions=args.shuffle_partitions,
+        python_env=args.python_env,
     )
 
 
@@ -397,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     try:
         return run(options)
+    except preflight.PreflightError as error:  # one line: what is missing, and the fix
+        print(f"recompute: preflight failed: {error}", file=sys.stderr)
+        return EXIT_PREFLIGHT
     except Exception as error:  # the exit status must tell an error from a difference
         print(f"recompute: failed: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_ERROR
