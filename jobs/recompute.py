@@ -3,6 +3,7 @@ with the live tables and optionally repair the live ones.
 
     python -m jobs.recompute --bootstrap 127.0.0.1:9092 --out DIR [--repair] [--master local[*]]
                              [--python-env PYTHON]
+    python -m jobs.recompute --preflight-only [--master URL] [--python-env PYTHON]
 
 Exit status: 0 when nothing differs, 3 when something differs, 2 when the executors lack
 what the job needs (the preflight), other non-zero on error.
@@ -58,6 +59,8 @@ class Options:
     #: An interpreter every executor has, with the job's dependencies; None: the job's
     #: packed environment on a cluster (see jobs/pyenv.py).
     python_env: str | None = None
+    #: Only start the session and check the executors (``--preflight-only``).
+    preflight_only: bool = False
 
 
 class Progress:
@@ -91,14 +94,17 @@ async def _take_cut(options: Options) -> Cut:
     )
 
 
-def checked_session(options: Options, say: Progress, spark: Any = None) -> Any:
+def checked_session(
+    options: Options, say: Progress, spark: Any = None, always: bool = False
+) -> Any:
     """The job's session (``spark``, or a new one), its executors checked by the
-    preflight when they are a cluster's; a new session is stopped when the check fails."""
+    preflight when they are a cluster's (or ``always``); a new session is stopped when
+    the check fails."""
     own = spark is None
     if own:
         spark = build_session(options.master, options.shuffle_partitions, options.python_env)
     try:
-        if not str(spark.sparkContext.master).startswith("local"):
+        if always or not str(spark.sparkContext.master).startswith("local"):
             preflight.run(spark, udf_jar_in_use(spark), say)
     except BaseException:
         if own:
@@ -383,13 +389,22 @@ def run(options: Options, spark: Any = None) -> int:
     return EXIT_DIFFERS if any(_differs(e) for e in report["tables"].values()) else EXIT_SAME
 
 
+def check(options: Options) -> int:
+    """``--preflight-only``: start the session and run the preflight on its executors,
+    reading no topic; 0 when they have what the job needs (else PreflightError)."""
+    say = Progress()
+    checked_session(options, say, always=True).stop()
+    say("preflight passed: the executors have what the job needs")
+    return EXIT_SAME
+
+
 def parse_args(argv: list[str] | None = None) -> Options:
     env = os.environ
     parser = argparse.ArgumentParser(
         prog="python -m jobs.recompute", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
-    parser.add_argument("--out", type=Path, required=True, help="report.json and Parquet views")
+    parser.add_argument("--out", type=Path, help="report.json and Parquet views (required)")
     parser.add_argument("--repair", action="store_true", help="publish corrections for differences")
     parser.add_argument("--master", default=None, help="Spark master (default local[*])")
     parser.add_argument("--app-id", default="streamstate", help="the workers' app id and group")
@@ -408,13 +423,20 @@ def parse_args(argv: list[str] | None = None) -> Options:
         help="an interpreter every executor has, with pyarrow, pandas and pydantic "
         "(default on a cluster: the job packs the driver's and ships it)",
     )
+    parser.add_argument(
+        "--preflight-only",
+        action="store_true",
+        help="check the executors (their Python and the UDF jar) and exit: 0 ready, 2 not",
+    )
     args = parser.parse_args(argv)
+    if args.out is None and not args.preflight_only:
+        parser.error("the following arguments are required: --out")
     # spark-submit (PYSPARK_GATEWAY_PORT set) chooses the master itself.
     master = args.master or (None if "PYSPARK_GATEWAY_PORT" in env else "local[*]")
     days = float(env.get("STREAMSTATE_WINDOW_RETENTION_DAYS", "7"))
     return Options(
         bootstrap=args.bootstrap,
-        out=args.out,
+        out=args.out or Path("."),  # a preflight writes nothing
         repair=args.repair,
         master=master,
         app_id=args.app_id,
@@ -424,13 +446,14 @@ def parse_args(argv: list[str] | None = None) -> Options:
         window_retention_ms=int(days * DAY_MS),
         shuffle_partitions=args.shuffle_partitions,
         python_env=args.python_env,
+        preflight_only=args.preflight_only,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     try:
-        return run(options)
+        return check(options) if options.preflight_only else run(options)
     except preflight.PreflightError as error:  # one line: what is missing, and the fix
         print(f"recompute: preflight failed: {error}", file=sys.stderr)
         return EXIT_PREFLIGHT

@@ -29,8 +29,9 @@ import warnings
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 from jobs import pyenv, pytext
 
@@ -211,9 +212,18 @@ def _submitted_conf() -> dict[str, str]:
 
 
 def _merged(existing: str | None, added: list[str]) -> str:
-    """A comma-separated Spark list with ``added`` after what was there, each once."""
+    """A comma-separated Spark list (jars, archives) with ``added`` after what was there,
+    leaving out an added file whose name is there already (spark-submit gives URIs)."""
     items = [item for item in (existing or "").split(",") if item]
-    return ",".join(dict.fromkeys([*items, *added]))
+    names = {_file_name(item) for item in items}
+    return ",".join([*items, *(item for item in added if _file_name(item) not in names)])
+
+
+def _file_name(item: str) -> str:
+    """The file name of a path or URI, with its ``#link`` when it has one."""
+    parts = urlsplit(item)
+    name = PurePosixPath(parts.path).name
+    return f"{name}#{parts.fragment}" if parts.fragment else name
 
 
 @contextmanager
