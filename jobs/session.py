@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,6 +81,40 @@ def pyspark_jars() -> Path:
 def bundled_connector() -> bool:
     """Whether pyspark's own jars folder already holds the Kafka source."""
     return any(pyspark_jars().glob(f"{CONNECTOR}_*.jar"))
+
+
+#: The connector's jars that pyspark lacks, as an image copies them into its jars folder
+#: (ops/docker/spark_jars.py).
+CONNECTOR_ARTIFACTS = (
+    CONNECTOR,
+    "spark-token-provider-kafka-0-10",
+    "kafka-clients",
+    "commons-pool2",
+)
+
+
+def bundled_connector_jars() -> list[Path]:
+    """The connector's jars in pyspark's own jars folder. They are on this driver's
+    classpath, not on a cluster's: a non-local master gets them as ``spark.jars``."""
+    return sorted(
+        jar
+        for artifact in CONNECTOR_ARTIFACTS
+        for jar in pyspark_jars().glob(f"{artifact}*.jar")
+        if re.fullmatch(rf"{re.escape(artifact)}(_[\d.]+)?-\d[^/]*\.jar", jar.name)
+    )
+
+
+def job_jars(local: bool) -> tuple[list[Path], Path | None]:
+    """The jars the session ships (``spark.jars``) and the UDF jar (None without a JDK).
+
+    A local master loads what pyspark's jars folder holds by itself; a cluster's
+    executors are sent everything the job needs from outside their Spark."""
+    bundled = bundled_connector()
+    jars = [] if bundled and local else bundled_connector_jars() if bundled else resolve_jars()
+    udfs = udf_jar()
+    if udfs is not None and (udfs.parent != pyspark_jars() or not local):
+        jars.append(udfs)
+    return jars, udfs
 
 
 def jar_cache(version: str | None = None) -> Path:
@@ -262,10 +297,7 @@ def build_session(
     builder = SparkSession.builder.appName("streamstate-recompute")
     if master:
         builder = builder.master(master)
-    jars = [] if bundled_connector() else resolve_jars()
-    udfs = udf_jar()
-    if udfs is not None and udfs.parent != pyspark_jars():
-        jars.append(udfs)
+    jars, udfs = job_jars(local)
     if jars:
         merged = _merged(submitted.get("spark.jars"), [str(j) for j in jars])
         builder = builder.config("spark.jars", merged)
