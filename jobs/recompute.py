@@ -2,7 +2,7 @@
 with the live tables and optionally repair the live ones.
 
     python -m jobs.recompute --bootstrap 127.0.0.1:9092 --out DIR [--repair] [--master local[*]]
-                             [--python-env PYTHON]
+                             [--python-env PYTHON] [--conf KEY=VALUE ...]
     python -m jobs.recompute --preflight-only [--master URL] [--python-env PYTHON]
 
 Exit status: 0 when nothing differs, 3 when something differs, 2 when the executors lack
@@ -61,6 +61,8 @@ class Options:
     python_env: str | None = None
     #: Only start the session and check the executors (``--preflight-only``).
     preflight_only: bool = False
+    #: Spark settings (``--conf KEY=VALUE``), set after the job's own.
+    spark_conf: tuple[tuple[str, str], ...] = ()
 
 
 class Progress:
@@ -102,7 +104,12 @@ def checked_session(
     the check fails."""
     own = spark is None
     if own:
-        spark = build_session(options.master, options.shuffle_partitions, options.python_env)
+        spark = build_session(
+            options.master,
+            options.shuffle_partitions,
+            options.python_env,
+            dict(options.spark_conf),
+        )
     try:
         if always or not str(spark.sparkContext.master).startswith("local"):
             preflight.run(spark, udf_jar_in_use(spark), say)
@@ -398,6 +405,13 @@ def check(options: Options) -> int:
     return EXIT_SAME
 
 
+def _conf_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"not KEY=VALUE: {text!r}")
+    return key.strip(), value
+
+
 def parse_args(argv: list[str] | None = None) -> Options:
     env = os.environ
     parser = argparse.ArgumentParser(
@@ -424,6 +438,14 @@ def parse_args(argv: list[str] | None = None) -> Options:
         "(default on a cluster: the job packs the driver's and ships it)",
     )
     parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=_conf_pair,
+        metavar="KEY=VALUE",
+        help="a Spark setting, as spark-submit's --conf (repeatable)",
+    )
+    parser.add_argument(
         "--preflight-only",
         action="store_true",
         help="check the executors (their Python and the UDF jar) and exit: 0 ready, 2 not",
@@ -447,6 +469,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         shuffle_partitions=args.shuffle_partitions,
         python_env=args.python_env,
         preflight_only=args.preflight_only,
+        spark_conf=tuple(args.conf),
     )
 
 

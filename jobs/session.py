@@ -28,7 +28,7 @@ import sys
 import tempfile
 import warnings
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -277,9 +277,13 @@ def _python_for_workers(python: str) -> Iterator[None]:
 
 
 def build_session(
-    master: str | None, shuffle_partitions: int | None = None, python_env: str | None = None
+    master: str | None,
+    shuffle_partitions: int | None = None,
+    python_env: str | None = None,
+    conf: Mapping[str, str] | None = None,
 ) -> Any:
-    """A SparkSession for the job; ``master`` None keeps what spark-submit chose.
+    """A SparkSession for the job; ``master`` None keeps what spark-submit chose. ``conf``
+    (``--conf`` of the job) is set last: the operator's word wins over the job's defaults.
 
     The executors' Python is ``python_env`` when given (an interpreter every node has),
     else ``PYSPARK_PYTHON``, else the driver's own on a local master and on any other
@@ -328,6 +332,8 @@ def build_session(
     )
     if SCHEDULER_POOLS.is_file():
         builder = builder.config("spark.scheduler.allocation.file", str(SCHEDULER_POOLS))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     with _python_for_workers(python.python):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

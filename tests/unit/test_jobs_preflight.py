@@ -109,3 +109,10 @@ def test_preflight_only_needs_no_output_directory() -> None:
     assert (options.master, options.python_env) == ("spark://m:7077", "py")
     with pytest.raises(SystemExit):
         parse_args(["--master", "spark://m:7077"])
+
+
+def test_spark_settings_are_taken_as_spark_submit_takes_them() -> None:
+    options = parse_args(["--out", "x", "--conf", "spark.executor.memory=2g", "--conf", "a.b=c=d"])
+    assert options.spark_conf == (("spark.executor.memory", "2g"), ("a.b", "c=d"))
+    with pytest.raises(SystemExit):
+        parse_args(["--out", "x", "--conf", "no-value"])
