@@ -237,3 +237,22 @@ def choose_python(
     if local:
         return ExecutorPython(sys.executable, SOURCE_DRIVER)
     return ExecutorPython(ARCHIVE_PYTHON, SOURCE_ARCHIVE, executor_archive())
+
+
+def main() -> int:
+    """``python -m jobs.pyenv`` (``make executor-env``): pack the executors' environment
+    now, or find it in the cache, and print its path and what it holds."""
+    try:
+        archive = executor_archive()
+    except PackError as error:
+        print(f"executor-env: {error}", file=sys.stderr)
+        return 1
+    print(archive)
+    for dist in closure(EXECUTOR_DISTRIBUTIONS):
+        print(f"  {dist.metadata['Name']}=={dist.version}")
+    print(f"  (bin/python -> {base_python()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
