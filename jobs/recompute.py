@@ -2,7 +2,7 @@
 with the live tables and optionally repair the live ones.
 
     python -m jobs.recompute --bootstrap 127.0.0.1:9092 --out DIR [--repair] [--master local[*]]
-                             [--python-env PYTHON] [--conf KEY=VALUE ...]
+                             [--python-env PYTHON] [--conf KEY=VALUE ...] [--views URI]
     python -m jobs.recompute --preflight-only [--master URL] [--python-env PYTHON]
 
 Exit status: 0 when nothing differs, 3 when something differs, 2 when the executors lack
@@ -63,6 +63,13 @@ class Options:
     preflight_only: bool = False
     #: Spark settings (``--conf KEY=VALUE``), set after the job's own.
     spark_conf: tuple[tuple[str, str], ...] = ()
+    #: Where the Parquet views go (``--views``), when not under ``out``.
+    views: str | None = None
+
+    @property
+    def views_at(self) -> Path | str:
+        """The views' location: ``--views``, else ``out`` (the report stays in ``out``)."""
+        return self.views or self.out
 
 
 class Progress:
@@ -142,7 +149,7 @@ async def prepare(options: Options, say: Progress, spark: Any = None) -> tuple[A
 
 def _word_count_view(options: Options, lines: Any, say: Progress) -> Any:
     counts = transforms.word_counts(lines, options.max_event_bytes)
-    view = kio.write_view(counts, options.out, "word_counts")
+    view = kio.write_view(counts, options.views_at, "word_counts")
     say(f"word_counts: {view.count()} words recomputed")
     return view
 
@@ -167,10 +174,11 @@ def _store_views(options: Options, events: Any, products: Any, say: Progress) ->
         merged = transforms.merge_totals(totals, other).persist()
         totals.unpersist()
         totals = merged
-    views = {"inventory": kio.write_view(transforms.inventory(totals), options.out, "inventory")}
+    inventory = kio.write_view(transforms.inventory(totals), options.views_at, "inventory")
+    views = {"inventory": inventory}
     say(f"inventory: {views['inventory'].count()} stores recomputed")
     sales = transforms.sales_by_category(totals)
-    views["sales_by_category"] = kio.write_view(sales, options.out, "sales_by_category")
+    views["sales_by_category"] = kio.write_view(sales, options.views_at, "sales_by_category")
     say(f"sales_by_category: {views['sales_by_category'].count()} windows recomputed")
     totals.unpersist()
     versions.unpersist()
@@ -438,6 +446,13 @@ def parse_args(argv: list[str] | None = None) -> Options:
         "(default on a cluster: the job packs the driver's and ships it)",
     )
     parser.add_argument(
+        "--views",
+        default=None,
+        metavar="URI",
+        help="where the Parquet views go (default: --out); on a cluster a place the "
+        "executors and the driver share (hdfs://, s3a://, a shared mount)",
+    )
+    parser.add_argument(
         "--conf",
         action="append",
         default=[],
@@ -470,6 +485,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         python_env=args.python_env,
         preflight_only=args.preflight_only,
         spark_conf=tuple(args.conf),
+        views=args.views,
     )
 
 

@@ -5,7 +5,8 @@
 
 The job runs on STREAMSTATE_SPARK_MASTER (default ``local[*]``; ``--master`` overrides it).
 On a cluster it ships its Python environment to the executors, or uses the interpreter
-``PYSPARK_PYTHON`` names there (docs/operations.md).
+``PYSPARK_PYTHON`` names there, and ``--views-root`` places the Parquet views where the
+executors write them (docs/operations.md).
 
 Each run writes ``report.json`` and the Parquet views to ``<out-root>/<UTC time>/`` and
 prints the job's progress and summary. Each run is its own process (its own Spark JVM),
@@ -63,6 +64,8 @@ class Scheduler:
         if self.args.repair:
             command.append("--repair")
         command += ["--master", self.args.master]
+        if self.args.views_root:  # the run's views beside the others', under its own name
+            command += ["--views", f"{self.args.views_root.rstrip('/')}/{out.name}"]
         return command
 
     def run_once(self) -> int:
@@ -111,6 +114,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--master",
         default=settings.spark_master,
         help=f"Spark master (STREAMSTATE_SPARK_MASTER, now {settings.spark_master!r})",
+    )
+    parser.add_argument(
+        "--views-root",
+        default=None,
+        metavar="URI",
+        help="where each run's Parquet views go, in a folder named like its run directory "
+        "(default: in the run directory); on a cluster a place the executors share. "
+        "--keep does not prune it",
     )
     parser.add_argument("--keep", type=int, default=14, help="run directories kept")
     args = parser.parse_args(argv)

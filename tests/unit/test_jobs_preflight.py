@@ -3,6 +3,8 @@ executors answered or from the error Spark raised for them (texts as Spark 4.2 w
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from jobs import preflight
@@ -109,6 +111,13 @@ def test_preflight_only_needs_no_output_directory() -> None:
     assert (options.master, options.python_env) == ("spark://m:7077", "py")
     with pytest.raises(SystemExit):
         parse_args(["--master", "spark://m:7077"])
+
+
+def test_the_views_go_under_the_output_directory_unless_placed_elsewhere() -> None:
+    assert parse_args(["--out", "x"]).views_at == Path("x")
+    shared = parse_args(["--out", "x", "--views", "hdfs://nn:8020/streamstate/run"])
+    assert shared.views_at == "hdfs://nn:8020/streamstate/run"
+    assert shared.out == Path("x")
 
 
 def test_spark_settings_are_taken_as_spark_submit_takes_them() -> None:

@@ -95,7 +95,7 @@ def test_nightly_keeps_the_newest_runs(tmp_path: Path) -> None:
 
 def test_nightly_runs_the_job_with_its_options(tmp_path: Path) -> None:
     args = argparse.Namespace(
-        bootstrap="k:9092", repair=True, master="spark://m:7077", out_root=tmp_path
+        bootstrap="k:9092", repair=True, master="spark://m:7077", out_root=tmp_path, views_root=None
     )
     command = Scheduler(args).command(tmp_path / "run")
     assert command[1:] == [
@@ -109,6 +109,13 @@ def test_nightly_runs_the_job_with_its_options(tmp_path: Path) -> None:
         "--master",
         "spark://m:7077",
     ]
+
+
+def test_nightly_places_each_runs_views_under_the_views_root(tmp_path: Path) -> None:
+    args = nightly_args(["--views-root", "hdfs://nn/streamstate/", "--out-root", str(tmp_path)])
+    command = Scheduler(args).command(tmp_path / "20240101T020000Z")
+    assert command[-2:] == ["--views", "hdfs://nn/streamstate/20240101T020000Z"]
+    assert "--views" not in Scheduler(nightly_args([])).command(tmp_path / "run")
 
 
 def test_nightly_takes_the_master_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
