@@ -56,7 +56,7 @@ def _import_probe(modules: tuple[str, ...]) -> Callable[[Iterable[Any]], Iterato
             try:
                 importlib.import_module(module)
             except Exception as error:  # an import can fail in any way
-                missing = getattr(error, "name", None)
+                missing = error.name if isinstance(error, ImportError) else None
                 failures[module] = (missing, f"{type(error).__name__}: {error}")
         yield (sys.executable, ".".join(map(str, sys.version_info[:3])), failures)
 

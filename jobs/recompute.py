@@ -442,7 +442,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         "--python-env",
         default=None,
         metavar="PYTHON",
-        help="an interpreter every executor has, with pyarrow, pandas and pydantic "
+        help="an interpreter every executor has, with pyarrow and pydantic "
         "(default on a cluster: the job packs the driver's and ships it)",
     )
     parser.add_argument(
