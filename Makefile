@@ -10,7 +10,7 @@ KAFKA_BROKERS ?= 1
 export KAFKA_PORT KAFKA_BROKERS
 
 .PHONY: install run test test-unit test-integration test-batch lint kafka-up kafka-down \
-        kafka-jars spark-jars nightly bench chaos clean tools
+        kafka-jars spark-jars executor-env nightly bench chaos clean tools
 
 install: $(STAMP)
 
@@ -26,6 +26,11 @@ kafka-jars:
 # Spark's Kafka source for the batch job (jobs/pom.xml), resolved once into .cache/.
 spark-jars: install
 	$(PY) -m jobs.session
+
+# The Python environment the batch job ships to a cluster's executors, packed once into
+# .cache/executor-env/ (docs/operations.md); the job packs it on first use otherwise.
+executor-env: install
+	$(PY) -m jobs.pyenv
 
 kafka-up:
 	ops/kafka.sh up

@@ -2,14 +2,18 @@
 with the live tables and optionally repair the live ones.
 
     python -m jobs.recompute --bootstrap 127.0.0.1:9092 --out DIR [--repair] [--master local[*]]
+                             [--python-env PYTHON] [--conf KEY=VALUE ...] [--views URI]
+    python -m jobs.recompute --preflight-only [--master URL] [--python-env PYTHON]
 
-Exit status: 0 when nothing differs, 3 when something differs, other non-zero on error.
+Exit status: 0 when nothing differs, 3 when something differs, 2 when the executors lack
+what the job needs (the preflight), other non-zero on error.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -24,13 +28,13 @@ if __package__ in (None, ""):  # run as a file, e.g. by spark-submit
 
 from pyspark.sql import functions as sf
 
-from jobs import compare, transforms
+from jobs import compare, preflight, transforms
 from jobs import io as kio
 from jobs.cut import Cut, take_cut
-from jobs.session import build_session
+from jobs.session import build_session, udf_jar_in_use
 
 SOURCES = ("text-lines", "item-events", "products")
-EXIT_SAME, EXIT_DIFFERS, EXIT_ERROR = 0, 3, 1
+EXIT_SAME, EXIT_DIFFERS, EXIT_ERROR, EXIT_PREFLIGHT = 0, 3, 1, 2
 DAY_MS = 86_400_000
 T = TypeVar("T")
 #: The scheduler pools of the views phase (those of the comparisons are the table names);
@@ -52,6 +56,20 @@ class Options:
     max_event_bytes: int = 64 * 1024
     window_retention_ms: int = 7 * DAY_MS
     shuffle_partitions: int | None = None
+    #: An interpreter every executor has, with the job's dependencies; None: the job's
+    #: packed environment on a cluster (see jobs/pyenv.py).
+    python_env: str | None = None
+    #: Only start the session and check the executors (``--preflight-only``).
+    preflight_only: bool = False
+    #: Spark settings (``--conf KEY=VALUE``), set after the job's own.
+    spark_conf: tuple[tuple[str, str], ...] = ()
+    #: Where the Parquet views go (``--views``), when not under ``out``.
+    views: str | None = None
+
+    @property
+    def views_at(self) -> Path | str:
+        """The views' location: ``--views``, else ``out`` (the report stays in ``out``)."""
+        return self.views or self.out
 
 
 class Progress:
@@ -70,26 +88,68 @@ class Progress:
         return time.monotonic() - self.started
 
 
-def _take_cut(options: Options) -> Cut:
+async def _take_cut(options: Options) -> Cut:
     changelogs = [spec.changelog for spec in compare.specs(options.app_id).values()]
-    return asyncio.run(
-        asyncio.wait_for(
-            take_cut(
-                options.bootstrap,
-                list(SOURCES),
-                changelogs,
-                [kio.CORRECTIONS_TOPIC],
-                options.app_id,
-                options.settle_s,
-            ),
-            timeout=options.settle_s + 120,
-        )
+    return await asyncio.wait_for(
+        take_cut(
+            options.bootstrap,
+            list(SOURCES),
+            changelogs,
+            [kio.CORRECTIONS_TOPIC],
+            options.app_id,
+            options.settle_s,
+        ),
+        timeout=options.settle_s + 120,
     )
+
+
+def checked_session(
+    options: Options, say: Progress, spark: Any = None, always: bool = False
+) -> Any:
+    """The job's session (``spark``, or a new one), its executors checked by the
+    preflight when they are a cluster's (or ``always``); a new session is stopped when
+    the check fails."""
+    own = spark is None
+    if own:
+        spark = build_session(
+            options.master,
+            options.shuffle_partitions,
+            options.python_env,
+            dict(options.spark_conf),
+        )
+    try:
+        if always or not str(spark.sparkContext.master).startswith("local"):
+            preflight.run(spark, udf_jar_in_use(spark), say)
+    except BaseException:
+        if own:
+            spark.stop()
+        raise
+    return spark
+
+
+async def prepare(options: Options, say: Progress, spark: Any = None) -> tuple[Any, Cut]:
+    """The checked session and the offset cut, at once: the JVM starts and the executors
+    are checked while the cut waits for the workers to settle. A failed preflight ends
+    the wait."""
+    cutting = asyncio.ensure_future(_take_cut(options))
+    try:
+        ready = await asyncio.to_thread(checked_session, options, say, spark)
+    except BaseException:
+        cutting.cancel()
+        with contextlib.suppress(BaseException):
+            await cutting
+        raise
+    try:
+        return ready, await cutting
+    except BaseException:
+        if spark is None:
+            ready.stop()
+        raise
 
 
 def _word_count_view(options: Options, lines: Any, say: Progress) -> Any:
     counts = transforms.word_counts(lines, options.max_event_bytes)
-    view = kio.write_view(counts, options.out, "word_counts")
+    view = kio.write_view(counts, options.views_at, "word_counts")
     say(f"word_counts: {view.count()} words recomputed")
     return view
 
@@ -114,10 +174,11 @@ def _store_views(options: Options, events: Any, products: Any, say: Progress) ->
         merged = transforms.merge_totals(totals, other).persist()
         totals.unpersist()
         totals = merged
-    views = {"inventory": kio.write_view(transforms.inventory(totals), options.out, "inventory")}
+    inventory = kio.write_view(transforms.inventory(totals), options.views_at, "inventory")
+    views = {"inventory": inventory}
     say(f"inventory: {views['inventory'].count()} stores recomputed")
     sales = transforms.sales_by_category(totals)
-    views["sales_by_category"] = kio.write_view(sales, options.out, "sales_by_category")
+    views["sales_by_category"] = kio.write_view(sales, options.views_at, "sales_by_category")
     say(f"sales_by_category: {views['sales_by_category'].count()} windows recomputed")
     totals.unpersist()
     versions.unpersist()
@@ -325,24 +386,10 @@ def summary(report: dict[str, Any]) -> str:
 def run(options: Options, spark: Any = None) -> int:
     """One run; returns the exit status. ``spark`` reuses an existing session."""
     say = Progress()
-    options.out.mkdir(parents=True, exist_ok=True)
     own_session = spark is None
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="session") as pool:
-        # Our own JVM starts while the cut is taken.
-        starting = (
-            pool.submit(build_session, options.master, options.shuffle_partitions)
-            if own_session
-            else None
-        )
-        say(f"taking the offset cut on {options.bootstrap} (settle up to {options.settle_s:.0f}s)")
-        try:
-            cut = _take_cut(options)
-        except BaseException:
-            if starting is not None:
-                starting.result().stop()
-            raise
-        if starting is not None:
-            spark = starting.result()
+    say(f"taking the offset cut on {options.bootstrap} (settle up to {options.settle_s:.0f}s)")
+    spark, cut = asyncio.run(prepare(options, say, spark))
+    options.out.mkdir(parents=True, exist_ok=True)
     idle = ", no worker in the group" if cut.group_members == 0 else ""
     say(f"cut taken ({'settled' if cut.settled else f'NOT settled, lag {cut.group_lag}{idle}'})")
     try:
@@ -357,13 +404,29 @@ def run(options: Options, spark: Any = None) -> int:
     return EXIT_DIFFERS if any(_differs(e) for e in report["tables"].values()) else EXIT_SAME
 
 
+def check(options: Options) -> int:
+    """``--preflight-only``: start the session and run the preflight on its executors,
+    reading no topic; 0 when they have what the job needs (else PreflightError)."""
+    say = Progress()
+    checked_session(options, say, always=True).stop()
+    say("preflight passed: the executors have what the job needs")
+    return EXIT_SAME
+
+
+def _conf_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"not KEY=VALUE: {text!r}")
+    return key.strip(), value
+
+
 def parse_args(argv: list[str] | None = None) -> Options:
     env = os.environ
     parser = argparse.ArgumentParser(
         prog="python -m jobs.recompute", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
-    parser.add_argument("--out", type=Path, required=True, help="report.json and Parquet views")
+    parser.add_argument("--out", type=Path, help="report.json and Parquet views (required)")
     parser.add_argument("--repair", action="store_true", help="publish corrections for differences")
     parser.add_argument("--master", default=None, help="Spark master (default local[*])")
     parser.add_argument("--app-id", default="streamstate", help="the workers' app id and group")
@@ -375,13 +438,42 @@ def parse_args(argv: list[str] | None = None) -> Options:
     )
     parser.add_argument("--examples", type=int, default=10, help="examples per table in the report")
     parser.add_argument("--shuffle-partitions", type=int, default=None)
+    parser.add_argument(
+        "--python-env",
+        default=None,
+        metavar="PYTHON",
+        help="an interpreter every executor has, with pyarrow and pydantic "
+        "(default on a cluster: the job packs the driver's and ships it)",
+    )
+    parser.add_argument(
+        "--views",
+        default=None,
+        metavar="URI",
+        help="where the Parquet views go (default: --out); on a cluster a place the "
+        "executors and the driver share (hdfs://, s3a://, a shared mount)",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=_conf_pair,
+        metavar="KEY=VALUE",
+        help="a Spark setting, as spark-submit's --conf (repeatable)",
+    )
+    parser.add_argument(
+        "--preflight-only",
+        action="store_true",
+        help="check the executors (their Python and the UDF jar) and exit: 0 ready, 2 not",
+    )
     args = parser.parse_args(argv)
+    if args.out is None and not args.preflight_only:
+        parser.error("the following arguments are required: --out")
     # spark-submit (PYSPARK_GATEWAY_PORT set) chooses the master itself.
     master = args.master or (None if "PYSPARK_GATEWAY_PORT" in env else "local[*]")
     days = float(env.get("STREAMSTATE_WINDOW_RETENTION_DAYS", "7"))
     return Options(
         bootstrap=args.bootstrap,
-        out=args.out,
+        out=args.out or Path("."),  # a preflight writes nothing
         repair=args.repair,
         master=master,
         app_id=args.app_id,
@@ -390,13 +482,20 @@ def parse_args(argv: list[str] | None = None) -> Options:
         max_event_bytes=int(env.get("STREAMSTATE_MAX_EVENT_BYTES", str(64 * 1024))),
         window_retention_ms=int(days * DAY_MS),
         shuffle_partitions=args.shuffle_partitions,
+        python_env=args.python_env,
+        preflight_only=args.preflight_only,
+        spark_conf=tuple(args.conf),
+        views=args.views,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     try:
-        return run(options)
+        return check(options) if options.preflight_only else run(options)
+    except preflight.PreflightError as error:  # one line: what is missing, and the fix
+        print(f"recompute: preflight failed: {error}", file=sys.stderr)
+        return EXIT_PREFLIGHT
     except Exception as error:  # the exit status must tell an error from a difference
         print(f"recompute: failed: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_ERROR

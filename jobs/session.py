@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import warnings
 import zipfile
-from pathlib import Path
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
-from jobs import pytext
+from jobs import pyenv, pytext
 
 ROOT = Path(__file__).resolve().parents[1]
 POM = Path(__file__).resolve().parent / "pom.xml"
@@ -77,6 +81,40 @@ def pyspark_jars() -> Path:
 def bundled_connector() -> bool:
     """Whether pyspark's own jars folder already holds the Kafka source."""
     return any(pyspark_jars().glob(f"{CONNECTOR}_*.jar"))
+
+
+#: The connector's jars that pyspark lacks, as an image copies them into its jars folder
+#: (ops/docker/spark_jars.py).
+CONNECTOR_ARTIFACTS = (
+    CONNECTOR,
+    "spark-token-provider-kafka-0-10",
+    "kafka-clients",
+    "commons-pool2",
+)
+
+
+def bundled_connector_jars() -> list[Path]:
+    """The connector's jars in pyspark's own jars folder. They are on this driver's
+    classpath, not on a cluster's: a non-local master gets them as ``spark.jars``."""
+    return sorted(
+        jar
+        for artifact in CONNECTOR_ARTIFACTS
+        for jar in pyspark_jars().glob(f"{artifact}*.jar")
+        if re.fullmatch(rf"{re.escape(artifact)}(_[\d.]+)?-\d[^/]*\.jar", jar.name)
+    )
+
+
+def job_jars(local: bool) -> tuple[list[Path], Path | None]:
+    """The jars the session ships (``spark.jars``) and the UDF jar (None without a JDK).
+
+    A local master loads what pyspark's jars folder holds by itself; a cluster's
+    executors are sent everything the job needs from outside their Spark."""
+    bundled = bundled_connector()
+    jars = [] if bundled and local else bundled_connector_jars() if bundled else resolve_jars()
+    udfs = udf_jar()
+    if udfs is not None and (udfs.parent != pyspark_jars() or not local):
+        jars.append(udfs)
+    return jars, udfs
 
 
 def jar_cache(version: str | None = None) -> Path:
@@ -195,31 +233,87 @@ def _ship_semantics(spark: Any) -> None:
         for name in SHIPPED:
             archive.write(ROOT / name, name)
         for module in sorted((ROOT / "jobs").glob("*.py")):
-            archive.write(module, f"jobs/{module.name}")
+            if f"jobs/{module.name}" not in SHIPPED:
+                archive.write(module, f"jobs/{module.name}")
     spark.sparkContext.addPyFile(str(target))
 
 
-def build_session(master: str | None, shuffle_partitions: int | None = None) -> Any:
-    """A SparkSession for the job; ``master`` None keeps what spark-submit chose."""
+def _submitted_conf() -> dict[str, str]:
+    """The conf spark-submit gave this driver: its JVM is up before the session is."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
+
+
+def _merged(existing: str | None, added: list[str]) -> str:
+    """A comma-separated Spark list (jars, archives) with ``added`` after what was there,
+    leaving out an added file whose name is there already (spark-submit gives URIs)."""
+    items = [item for item in (existing or "").split(",") if item]
+    names = {_file_name(item) for item in items}
+    return ",".join([*items, *(item for item in added if _file_name(item) not in names)])
+
+
+def _file_name(item: str) -> str:
+    """The file name of a path or URI, with its ``#link`` when it has one."""
+    parts = urlsplit(item)
+    name = PurePosixPath(parts.path).name
+    return f"{name}#{parts.fragment}" if parts.fragment else name
+
+
+@contextmanager
+def _python_for_workers(python: str) -> Iterator[None]:
+    """``PYSPARK_PYTHON`` while the context starts: pyspark reads the executors'
+    interpreter from it then, and a later session in this process chooses anew."""
+    before = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = python
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYSPARK_PYTHON", None)
+        else:
+            os.environ["PYSPARK_PYTHON"] = before
+
+
+def build_session(
+    master: str | None,
+    shuffle_partitions: int | None = None,
+    python_env: str | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> Any:
+    """A SparkSession for the job; ``master`` None keeps what spark-submit chose. ``conf``
+    (``--conf`` of the job) is set last: the operator's word wins over the job's defaults.
+
+    The executors' Python is ``python_env`` when given (an interpreter every node has),
+    else ``PYSPARK_PYTHON``, else the driver's own on a local master and on any other
+    the driver's dependencies packed as an archive (``jobs/pyenv.py``), shipped with
+    ``spark.archives`` and unpacked by each executor.
+    """
     # pyspark 4.2 warns about pandas 3 on every UDF; the UDFs here use plain Series.
     warnings.filterwarnings(
         "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
     )
     from pyspark.sql import SparkSession
 
+    submitted = _submitted_conf() if master is None else {}
+    local = (master or submitted.get("spark.master", "local[*]")).startswith("local")
     builder = SparkSession.builder.appName("streamstate-recompute")
     if master:
         builder = builder.master(master)
-    jars = [] if bundled_connector() else resolve_jars()
-    udfs = udf_jar()
-    if udfs is not None and udfs.parent != pyspark_jars():
-        jars.append(udfs)
+    jars, udfs = job_jars(local)
     if jars:
-        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
-    if master is not None and master.startswith("local"):
-        # Executors' Python workers must run the interpreter that has the project.
-        builder = builder.config("spark.pyspark.python", sys.executable)
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        merged = _merged(submitted.get("spark.jars"), [str(j) for j in jars])
+        builder = builder.config("spark.jars", merged)
+    python = pyenv.choose_python(local, python_env, os.environ)
+    builder = builder.config("spark.pyspark.python", python.python).config(
+        pyenv.SOURCE_KEY, python.source
+    )
+    if python.archive is not None:
+        shipped = f"{python.archive}#{pyenv.ARCHIVE_LINK}"
+        archives = _merged(submitted.get("spark.archives"), [shipped])
+        builder = builder.config("spark.archives", archives)
+    if master is not None and local:
         # The local JVM starts here: room for the aggregations, and the throughput
         # collector (a batch job has no pause target; measured: about 3 s of 50 s).
         builder = builder.config(
@@ -238,7 +332,10 @@ def build_session(master: str | None, shuffle_partitions: int | None = None) -> 
     )
     if SCHEDULER_POOLS.is_file():
         builder = builder.config("spark.scheduler.allocation.file", str(SCHEDULER_POOLS))
-    spark = builder.getOrCreate()
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    with _python_for_workers(python.python):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if not str(spark.sparkContext.master).startswith("local"):
         _ship_semantics(spark)
@@ -247,6 +344,16 @@ def build_session(master: str | None, shuffle_partitions: int | None = None) -> 
         spark.sql(f"ADD JAR '{udfs}'")
     register_udfs(spark)
     return spark
+
+
+def udf_jar_in_use(spark: Any) -> str | None:
+    """The UDF jar the session loads (from spark.jars or pyspark's jars folder), if any."""
+    shipped = spark.sparkContext.getConf().get("spark.jars", "")
+    for jar in shipped.split(","):
+        if Path(jar).name.startswith(UDF_JAR_PREFIX):
+            return str(jar)
+    installed = bundled_udfs()
+    return None if installed is None else str(installed)
 
 
 def main(argv: list[str] | None = None) -> int:

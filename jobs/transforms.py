@@ -24,7 +24,6 @@ from pyspark.sql.pandas import functions as pandas_functions
 
 from app import semantics
 from jobs.session import JAVA_UDFS
-from tables.positions import POSITION_KEY
 
 _arrow_udf: Any = pandas_functions.arrow_udf
 
@@ -485,6 +484,10 @@ def latest_by_topic(changelogs: DataFrame) -> DataFrame:
     """Latest value per key of each changelog in one frame (``topic``, ``key``, ``raw``
     as strings), in one aggregation; tombstones remove the key, and the workers' record
     of their source offsets (:data:`tables.positions.POSITION_KEY`) is no table key."""
+    # Imported here, on the driver: the executors import this module for its UDFs, and
+    # the engine (with its dependencies) is not shipped to them.
+    from tables.positions import POSITION_KEY
+
     keys = changelogs.where(sf.col("key") != sf.lit(bytearray(POSITION_KEY)))
     newest = keys.groupBy("topic", "key").agg(
         sf.max_by(sf.struct("value"), sf.col("offset")).alias("last")

@@ -3,6 +3,11 @@
     python -m ops.nightly            # on STREAMSTATE_NIGHTLY_CRON (default "0 2 * * *", UTC)
     python -m ops.nightly --once     # one run now; exits with the job's status (0, 3, ...)
 
+The job runs on STREAMSTATE_SPARK_MASTER (default ``local[*]``; ``--master`` overrides it).
+On a cluster it ships its Python environment to the executors, or uses the interpreter
+``PYSPARK_PYTHON`` names there, and ``--views-root`` places the Parquet views where the
+executors write them (docs/operations.md).
+
 Each run writes ``report.json`` and the Parquet views to ``<out-root>/<UTC time>/`` and
 prints the job's progress and summary. Each run is its own process (its own Spark JVM),
 so one failed run cannot break the next; SIGTERM stops a running job and the scheduler.
@@ -58,8 +63,9 @@ class Scheduler:
         command += ["--out", str(out)]
         if self.args.repair:
             command.append("--repair")
-        if self.args.master:
-            command += ["--master", self.args.master]
+        command += ["--master", self.args.master]
+        if self.args.views_root:  # the run's views beside the others', under its own name
+            command += ["--views", f"{self.args.views_root.rstrip('/')}/{out.name}"]
         return command
 
     def run_once(self) -> int:
@@ -104,7 +110,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bootstrap", default=settings.bootstrap_servers)
     parser.add_argument("--out-root", type=Path, default=DEFAULT_OUT_ROOT)
     parser.add_argument("--repair", action="store_true", help="publish corrections")
-    parser.add_argument("--master", default=None, help="Spark master (default local[*])")
+    parser.add_argument(
+        "--master",
+        default=settings.spark_master,
+        help=f"Spark master (STREAMSTATE_SPARK_MASTER, now {settings.spark_master!r})",
+    )
+    parser.add_argument(
+        "--views-root",
+        default=None,
+        metavar="URI",
+        help="where each run's Parquet views go, in a folder named like its run directory "
+        "(default: in the run directory); on a cluster a place the executors share. "
+        "--keep does not prune it",
+    )
     parser.add_argument("--keep", type=int, default=14, help="run directories kept")
     args = parser.parse_args(argv)
     if not croniter.is_valid(args.cron):

@@ -1,5 +1,6 @@
 """Batch: the nightly recompute over the retained source topics against a bare Spark
-count of the same topics (the same session and connector jars)."""
+count of the same topics (the same session and connector jars), on ``local[*]`` and on a
+Spark standalone cluster of two one-core workers started on this machine."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def preload(kafka: BenchKafka, events: int) -> float:
 def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     if not recompute_available():
         return Outcome(
-            {"recompute_s": None, "scan_s": None, "events": None},
+            {"recompute_s": None, "cluster_recompute_s": None, "scan_s": None, "events": None},
             ["`python -m jobs.recompute` does not exist yet (the batch issue): not measured."],
         )
     shutil.rmtree(work, ignore_errors=True)
@@ -65,6 +66,7 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     else:
         recompute = recompute_s
         notes.append(f"`jobs.recompute` exited {status} (3: live tables differ from the batch).")
+    cluster_s = _on_cluster(kafka, sizes, work, notes)
     from jobs.io import FETCH_MAX_WAIT_MS  # pyspark: the batch extra
 
     scan_s, scan = _scan(kafka, sizes, work, "scan", [], notes)
@@ -79,7 +81,12 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
             f" bare: the recompute is {recompute / tuned_s:.2f}x that count."
         )
     return Outcome(
-        {"recompute_s": recompute, "scan_s": scan_s, "events": events},
+        {
+            "recompute_s": recompute,
+            "cluster_recompute_s": cluster_s,
+            "scan_s": scan_s,
+            "events": events,
+        },
         notes,
         {
             "scan": scan,
@@ -104,3 +111,56 @@ def _scan(
         notes.append(f"The Spark count `{name}` exited {status} (see {work / name}.log).")
         return None, {}
     return seconds, orjson.loads(out.strip().splitlines()[-1])
+
+
+def _on_cluster(kafka: BenchKafka, sizes: Sizes, work: Path, notes: list[str]) -> float | None:
+    """The recompute's wall time on a standalone master with two one-core workers (the
+    job's packed Python environment shipped to them), or None when it failed."""
+    from jobs.pyenv import executor_archive
+    from jobs.standalone import StandaloneCluster
+
+    started = time.monotonic()
+    archive = executor_archive()  # packed once; a cached one is reused
+    packed_s = time.monotonic() - started
+    cluster = StandaloneCluster(work / "spark-standalone", workers=2)
+    cluster.start()
+    try:
+        # The driver listens on loopback, where the workers reach it.
+        loopback = [f"spark.driver.{k}=127.0.0.1" for k in ("host", "bindAddress")]
+        args = ["--bootstrap", kafka.bootstrap, "--out", str(work / "out-cluster")]
+        args += ["--master", cluster.master_url, *[f"--conf={c}" for c in loopback]]
+        status, _, seconds = run_module(
+            "jobs.recompute", args, timeout=sizes.batch_timeout_s, log=work / "cluster.log"
+        )
+    finally:
+        cluster.stop()
+    size_mb = archive.stat().st_size / 1e6
+    packing = f"packed now in {packed_s:.0f} s" if packed_s >= 1 else "packed by an earlier run"
+    notes.append(
+        f"`cluster_recompute_s`: the same job with `--master spark://...` on a standalone "
+        f"master and two one-core workers on this machine (the driver, the master and both "
+        f"executors share its cores); each executor unpacks the job's Python environment "
+        f"({size_mb:.0f} MB archive, {packing} and cached) and runs "
+        "the preflight before the Kafka reads."
+    )
+    if status not in (0, 3):
+        notes.append(f"The cluster run exited {status} (see {work / 'cluster.log'}).")
+        return None
+    notes.append(_agreement(work / "out" / "report.json", work / "out-cluster" / "report.json"))
+    return seconds
+
+
+def _agreement(local: Path, cluster: Path) -> str:
+    """Whether the two runs' reports count the same keys and differences per table."""
+    counted = ("keys_compared", "mismatched", "missing_in_stream", "missing_in_batch")
+    if not local.exists():
+        return "The local run wrote no report to compare the cluster's with."
+    tables = [orjson.loads(path.read_bytes())["tables"] for path in (local, cluster)]
+    differing = [
+        name
+        for name, entry in tables[0].items()
+        if any(entry[k] != tables[1].get(name, {}).get(k) for k in counted)
+    ]
+    if differing:
+        return f"The cluster's report counts otherwise than the local one in: {differing}."
+    return "The cluster's report counts the same keys and differences as the local one."

@@ -428,6 +428,8 @@ def test_nightly_runs_the_scheduler_from_the_batch_image(
     assert env["BROKER_URL"] == "kafka://kafka:9092"
     default_cron = Settings.model_fields["nightly_cron"].default
     assert env["STREAMSTATE_NIGHTLY_CRON"] == f"${{STREAMSTATE_NIGHTLY_CRON:-{default_cron}}}"
+    default_master = Settings.model_fields["spark_master"].default
+    assert env["STREAMSTATE_SPARK_MASTER"] == f"${{STREAMSTATE_SPARK_MASTER:-{default_master}}}"
     assert "kafka" in healthy_dependencies(nightly)
 
 

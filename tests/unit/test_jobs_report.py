@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+import pytest
+
 from app.semantics import HOUR_MS
 from jobs.compare import specs
 from jobs.cut import Cut
@@ -15,6 +17,7 @@ from jobs.recompute import LIVE_POOL, STORES_POOL, WORDS_POOL, parse_args, summa
 from jobs.session import SCHEDULER_POOLS
 from jobs.transforms import expired_horizon
 from ops.nightly import Scheduler, next_run, prune
+from ops.nightly import parse_args as nightly_args
 
 DAY = 86_400_000
 
@@ -91,7 +94,9 @@ def test_nightly_keeps_the_newest_runs(tmp_path: Path) -> None:
 
 
 def test_nightly_runs_the_job_with_its_options(tmp_path: Path) -> None:
-    args = argparse.Namespace(bootstrap="k:9092", repair=True, master=None, out_root=tmp_path)
+    args = argparse.Namespace(
+        bootstrap="k:9092", repair=True, master="spark://m:7077", out_root=tmp_path, views_root=None
+    )
     command = Scheduler(args).command(tmp_path / "run")
     assert command[1:] == [
         "-m",
@@ -101,7 +106,24 @@ def test_nightly_runs_the_job_with_its_options(tmp_path: Path) -> None:
         "--out",
         str(tmp_path / "run"),
         "--repair",
+        "--master",
+        "spark://m:7077",
     ]
+
+
+def test_nightly_places_each_runs_views_under_the_views_root(tmp_path: Path) -> None:
+    args = nightly_args(["--views-root", "hdfs://nn/streamstate/", "--out-root", str(tmp_path)])
+    command = Scheduler(args).command(tmp_path / "20240101T020000Z")
+    assert command[-2:] == ["--views", "hdfs://nn/streamstate/20240101T020000Z"]
+    assert "--views" not in Scheduler(nightly_args([])).command(tmp_path / "run")
+
+
+def test_nightly_takes_the_master_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STREAMSTATE_SPARK_MASTER", raising=False)
+    assert nightly_args([]).master == "local[*]"
+    monkeypatch.setenv("STREAMSTATE_SPARK_MASTER", "spark://spark-master:7077")
+    assert nightly_args([]).master == "spark://spark-master:7077"
+    assert nightly_args(["--master", "yarn"]).master == "yarn"
 
 
 def test_every_scheduler_pool_of_the_job_is_declared_in_the_allocation_file() -> None:
