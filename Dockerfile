@@ -26,6 +26,7 @@ COPY pyproject.toml README.md ./
 COPY ops/docker/requirements.py ops/docker/requirements.py
 RUN python ops/docker/requirements.py >/tmp/requirements.txt \
     && pip install --no-cache-dir -r /tmp/requirements.txt
+COPY core ./core
 COPY app ./app
 COPY agents ./agents
 COPY tables ./tables

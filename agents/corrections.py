@@ -20,9 +20,9 @@ from typing import Annotated, Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, ValidationError
 
-from app.models import Correction
-from app.semantics import HOUR_MS, InvalidEvent, parse_record
-from app.topics import CORRECTIONS, dlq_topic
+from core.models import Correction
+from core.semantics import HOUR_MS, InvalidEvent, parse_record
+from core.topics import CORRECTIONS, dlq_topic
 from tables.definitions import INVENTORY, SALES_BY_CATEGORY, WORD_COUNTS
 from tables.pipeline import Batch, Context, Pipeline, TableSpec
 from tables.windows import window_key as sales_window_key

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from app.semantics import (
+from core.semantics import (
     InvalidEvent,
     apply_inventory,
     check_key,
@@ -23,7 +23,7 @@ from app.semantics import (
     sale_revenue,
     window_start,
 )
-from app.topics import ITEM_EVENTS, dlq_topic
+from core.topics import ITEM_EVENTS, dlq_topic
 from tables.definitions import INVENTORY
 from tables.pipeline import Batch, Context, Pipeline, TableSpec
 

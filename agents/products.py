@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 
-from app.semantics import InvalidEvent, check_key, parse_product
-from app.topics import PRODUCTS, dlq_topic
+from core.semantics import InvalidEvent, check_key, parse_product
+from core.topics import PRODUCTS, dlq_topic
 from tables.pipeline import Batch, Context, Pipeline
 
 

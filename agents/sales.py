@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from agents.inventory import SALES_REPARTITION_TOPIC
-from app.semantics import HOUR_MS, add_sale, window_start
+from core.semantics import HOUR_MS, add_sale, window_start
 from tables.definitions import SALES_BY_CATEGORY
 from tables.pipeline import Batch, Context, Pipeline, TableSpec, TableView
 from tables.windows import parse_window_key, window_key

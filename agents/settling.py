@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from app.semantics import InvalidEvent, check_key, parse_item_event, parse_payment
-from app.topics import ITEM_EVENTS, PAYMENTS, SETTLED_SALES, dlq_topic
+from core.semantics import InvalidEvent, check_key, parse_item_event, parse_payment
+from core.topics import ITEM_EVENTS, PAYMENTS, SETTLED_SALES, dlq_topic
 from tables.definitions import UNSETTLED_SALES
 from tables.join import LEFT, RIGHT, JoinResult, JoinWindow, PartitionJoin
 from tables.pipeline import Batch, Context, Pipeline, TableSpec

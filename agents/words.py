@@ -18,8 +18,8 @@ from collections.abc import Iterator, Sequence
 
 import orjson
 
-from app.semantics import InvalidEvent, ascii_token_counts, decode_text_line, tokenize
-from app.topics import TEXT_LINES, dlq_topic, partition_for
+from core.semantics import InvalidEvent, ascii_token_counts, decode_text_line, tokenize
+from core.topics import TEXT_LINES, dlq_topic, partition_for
 from tables.definitions import WORD_COUNTS
 from tables.pipeline import Batch, Context, Pipeline, SourceRecord, TableSpec
 

@@ -15,6 +15,7 @@ from api.changes import ChangeHub, Changes
 from api.docs import add_docs
 from api.errors import register_handlers
 from api.members import DeadMembers
+from api.metrics import WorkerCollector
 from api.middleware import LatencyMiddleware
 from api.peers import Peers
 from api.positions import ConsistencyCollector, InputEnds, Positions, PositionWaits
@@ -23,8 +24,7 @@ from api.queries import Queries
 from api.routes import health, internal, metadata, metrics, tables, topics
 from api.routing import Routing, normalize_url
 from api.scans import Scans
-from app.metrics import WorkerCollector
-from app.topics import SOURCE_TOPICS
+from core.topics import SOURCE_TOPICS
 from tables.faust_adapter import remove_static_members
 
 #: How often reads waiting for a position look at the standby copies again, in seconds.

@@ -27,7 +27,7 @@ import orjson
 
 from api.errors import BadRequest, NoReplica, NotHeldHere
 from api.positions import Positions, ReadPosition
-from tables.positions import POSITION_KEY
+from core.topics import POSITION_KEY
 from tables.windows import key_prefix, parse_window_key, window_key
 
 #: Seconds between keep-alive comments on an idle stream.

@@ -21,10 +21,10 @@ from urllib.parse import parse_qsl
 import orjson
 
 from api.errors import QueryError
+from api.metrics import QUERY_LATENCY
 from api.peers import FORWARDED_HEADER
 from api.queries import MAX_KEY_BYTES, MAX_WAIT_MS, Answer, ReadOptions
 from api.tokens import MAX_TOKEN_CHARS
-from app.metrics import QUERY_LATENCY
 
 #: The route template the FastAPI app reports for key reads (the latency metric's label).
 KEY_ROUTE = "/tables/{table}/keys/{key:path}"

@@ -17,8 +17,8 @@ import orjson
 from faust.types import TP
 
 from api.routing import QueryTable
+from core.topics import POSITION_KEY
 from tables.faust_adapter import internal_keys, partition_db, persisted_offset
-from tables.positions import POSITION_KEY
 from tables.windows import key_prefix, name_prefix, parse_window_key
 
 Replica = Literal["active", "standby"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.metrics import QUERY_LATENCY
+from api.metrics import QUERY_LATENCY
 
 Scope = dict[str, Any]
 

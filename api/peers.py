@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from app.metrics import FORWARDS
+from api.metrics import FORWARDS
 
 logger = logging.getLogger(__name__)
 

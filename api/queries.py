@@ -21,7 +21,7 @@ from api.peers import PeerAnswer, Peers, quote_segment
 from api.positions import Positions, PositionWaits, ReadPosition
 from api.routing import QueryTable, Routing, query_tables
 from api.tokens import TokenError, decode_token
-from app.topics import partition_for
+from core.topics import partition_for
 
 logger = logging.getLogger(__name__)
 

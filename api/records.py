@@ -1,6 +1,6 @@
 """Records written through the API, checked by the stream's own rules before they go out.
 
-Each source topic's record is validated with the functions of :mod:`app.semantics` that
+Each source topic's record is validated with the functions of :mod:`core.semantics` that
 its pipeline applies when it reads the record, on the exact bytes that will be produced,
 so a record accepted here is never dead-lettered by the stream.
 """
@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from api.schemas import ProduceRecord
-from app.semantics import (
+from core.semantics import (
     InvalidEvent,
     check_key,
     decode_text_line,
@@ -23,7 +23,7 @@ from app.semantics import (
     parse_payment,
     parse_product,
 )
-from app.topics import ITEM_EVENTS, PAYMENTS, PRODUCTS, TEXT_LINES
+from core.topics import ITEM_EVENTS, PAYMENTS, PRODUCTS, TEXT_LINES
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.topics import PRODUCTS
+from core.topics import PRODUCTS
 
 Kind = Literal["table", "windowed", "global"]
 

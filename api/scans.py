@@ -23,7 +23,7 @@ from api.peers import PeerAnswer, quote_segment
 from api.positions import ReadPosition
 from api.queries import Queries, catalog_lag
 from api.routing import QueryTable
-from app.topics import partition_for
+from core.topics import partition_for
 
 
 def encode_cursor(table: str, prefix: str, key: str) -> str:

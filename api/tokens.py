@@ -31,7 +31,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from app.topics import SOURCE_TOPICS
+from core.topics import SOURCE_TOPICS
 
 VERSION = 1
 #: Text longer than this is refused unread: it is more than any 1,000-partition write

@@ -17,9 +17,9 @@ from mode import ServiceT
 
 from api import create_api
 from api.server import ApiServer, LegacyWebDisabled
-from app import topics
-from app.admin import ensure_topics
-from app.settings import Settings
+from core import topics
+from core.admin import ensure_topics
+from core.settings import Settings
 from tables.catalog import ProductCatalog
 from tables.definitions import Tables, declare_tables
 from tables.engine import Engine

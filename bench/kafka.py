@@ -15,9 +15,9 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 
-from app.admin import ensure_topics
-from app.topics import partition_for, topic_specs
 from bench.config import KAFKA_DIR, KAFKA_PORT, PARTITIONS, ROOT
+from core.admin import ensure_topics
+from core.topics import partition_for, topic_specs
 
 #: (key, value) of one record; key None means "spread round-robin".
 Pair = tuple[bytes | None, bytes]

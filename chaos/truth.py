@@ -1,7 +1,7 @@
 """Ground truth computed from what the source topics hold, and the tables to compare.
 
 The expected tables follow the contract's rules, written here again on purpose (not
-imported from ``app.semantics``), so that a rule the workers got wrong shows up.
+imported from ``core.semantics``), so that a rule the workers got wrong shows up.
 """
 
 from __future__ import annotations

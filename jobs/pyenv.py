@@ -2,7 +2,7 @@
 environment, cached, and shipped to a cluster as a Spark archive.
 
 The executors' Python workers import what the UDFs call (``jobs/transforms.py``: pyarrow,
-and the stream's semantics in ``app/semantics.py``: pydantic); the UDFs are Arrow UDFs,
+and the stream's semantics in ``core/semantics.py``: pydantic); the UDFs are Arrow UDFs,
 which pyspark's worker runs without pandas or numpy (a run on a standalone cluster with
 an archive of these two passed, at 64 MB against 98 MB with pandas). Spark adds its own
 Python (``pyspark.zip``, py4j) to every worker's path
@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 #: The distributions the executors import; their dependencies come along.
 EXECUTOR_DISTRIBUTIONS = ("pyarrow", "pydantic")
 #: The modules the preflight imports on every executor: what the UDFs need.
-EXECUTOR_MODULES = ("pyarrow", "pydantic", "app.semantics", "jobs.transforms")
+EXECUTOR_MODULES = ("pyarrow", "pydantic", "core.semantics", "jobs.transforms")
 #: Where an archive unpacks in an executor's working directory (``#name`` of spark.archives).
 ARCHIVE_LINK = "streamstate-env"
 #: The executors' interpreter inside the unpacked archive.

@@ -1,6 +1,6 @@
 """The character tables with which the JVM tokenises text as this Python does.
 
-``app.semantics.tokenize`` is ``re.split(r"\\W+", line.lower())``: Python's Unicode word
+``core.semantics.tokenize`` is ``re.split(r"\\W+", line.lower())``: Python's Unicode word
 characters and its full lower-case mapping, including the final-sigma rule. Java's own
 ``\\w`` is ASCII by default, its Unicode data is another version, and its case mapping is
 its own, so the job's Java tokeniser (``jobs/java/streamstate/jobs/PythonText.java``) reads

@@ -59,7 +59,7 @@ UDF_JAR_PREFIX = "streamstate-udfs"
 #: Python's character tables in the jar, next to the class that reads them.
 TEXT_TABLES = "streamstate/jobs/python-text.bin"
 #: Modules the executors' Python workers import (the UDFs call the shared semantics).
-SHIPPED = ("app/__init__.py", "app/models.py", "app/semantics.py", "jobs/__init__.py")
+SHIPPED = ("core/__init__.py", "core/models.py", "core/semantics.py", "jobs/__init__.py")
 
 
 class SparkSetupError(RuntimeError):

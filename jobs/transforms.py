@@ -2,7 +2,7 @@
 
 Input frames have the Kafka source's columns (``key``, ``value``, ``partition``,
 ``offset``, ``timestamp``). Every rule that the stream applies per record comes from
-``app.semantics``. Most records never reach Python: text lines are tokenised and
+``core.semantics``. Most records never reach Python: text lines are tokenised and
 counted in the JVM with Python's own character tables (``jobs/pytext.py``); item events
 and catalogue records in the plain JSON form (a flat object of the schema's fields,
 strings without escapes) are parsed and validated in the JVM by rules that restate the
@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as sf
 from pyspark.sql.pandas import functions as pandas_functions
 
-from app import semantics
+from core import semantics
 from jobs.session import JAVA_UDFS
 
 _arrow_udf: Any = pandas_functions.arrow_udf
@@ -483,10 +483,10 @@ def latest(changelog: DataFrame) -> DataFrame:
 def latest_by_topic(changelogs: DataFrame) -> DataFrame:
     """Latest value per key of each changelog in one frame (``topic``, ``key``, ``raw``
     as strings), in one aggregation; tombstones remove the key, and the workers' record
-    of their source offsets (:data:`tables.positions.POSITION_KEY`) is no table key."""
+    of their source offsets (:data:`core.topics.POSITION_KEY`) is no table key."""
     # Imported here, on the driver: the executors import this module for its UDFs, and
     # the engine (with its dependencies) is not shipped to them.
-    from tables.positions import POSITION_KEY
+    from core.topics import POSITION_KEY
 
     keys = changelogs.where(sf.col("key") != sf.lit(bytearray(POSITION_KEY)))
     newest = keys.groupBy("topic", "key").agg(

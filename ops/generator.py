@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from app.admin import ensure_topics
-from app.topics import topic_specs
+from core.admin import ensure_topics
+from core.topics import topic_specs
 
 CATEGORIES = {
     "produce": ["apples", "bananas", "carrots", "spinach", "tomatoes"],

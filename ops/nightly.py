@@ -28,7 +28,7 @@ from types import FrameType
 
 from croniter import croniter
 
-from app.settings import Settings
+from core.settings import Settings
 
 DEFAULT_OUT_ROOT = Path(".data/nightly")
 

@@ -24,8 +24,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from mode import Service
 from rocksdict import Options, Rdict, WriteBatch
 
-from app.admin import partitions_of
-from app.semantics import InvalidEvent, category_of, check_key, parse_product
+from core.admin import partitions_of
+from core.semantics import InvalidEvent, category_of, check_key, parse_product
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import faust
 
-from app.settings import Settings
+from core.settings import Settings
 from tables.faust_adapter import FaustTableStore, restore_counter
 from tables.pipeline import TableSpec
 from tables.windows import SALES_WINDOW_S

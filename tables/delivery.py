@@ -23,7 +23,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from app.topics import partition_for
+from core.topics import partition_for
 from tables.engine import TP
 from tables.pipeline import Output
 

@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from core.topics import POSITION_KEY
 from tables.pipeline import (
     Batch,
     Output,
@@ -47,7 +48,6 @@ from tables.pipeline import (
     dead_letter_record,
 )
 from tables.positions import (
-    POSITION_KEY,
     Lineage,
     Offsets,
     Position,

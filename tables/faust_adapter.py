@@ -55,9 +55,9 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from mode import Service
 from rocksdict import WriteBatch
 
+from core.topics import POSITION_KEY
 from tables.delivery import SharedDelivery, TransactionalDelivery
 from tables.engine import TP, Delivery, Engine, EngineFailure
-from tables.positions import POSITION_KEY
 from tables.restore import RestoreStats, bulk_plan
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from sortedcontainers import SortedDict
 
-from app.topics import dlq_topic
+from core.topics import dlq_topic
 
 #: Header of a dead-letter record naming why it was refused.
 ERROR_HEADER = "error"

@@ -32,11 +32,6 @@ import orjson
 
 from tables.pipeline import Pipeline
 
-#: The key under which each table partition keeps its :class:`Position`, and the key of
-#: position records in repartition topics. Not valid UTF-8, so no table key (raw UTF-8
-#: or JSON) and no record key of the contract can be equal to it.
-POSITION_KEY = b"\xff\xffstreamstate.position"
-
 #: topic -> partition -> the first offset not applied
 Offsets = dict[str, dict[int, int]]
 

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.metrics import REGISTRY
+from api.metrics import REGISTRY
 
 router = APIRouter(tags=["metrics"])
 

@@ -15,6 +15,7 @@ from prometheus_client import Counter
 
 from api.deps import Worker, authorize, require_token
 from api.errors import InvalidRecords, NotFound, PayloadTooLarge, QueryError
+from api.metrics import REGISTRY
 from api.producer import RecordProducer
 from api.records import prepare
 from api.schemas import (
@@ -25,8 +26,7 @@ from api.schemas import (
     RecordOffset,
 )
 from api.tokens import Token, encode_token
-from app.metrics import REGISTRY
-from app.topics import SOURCE_TOPICS
+from core.topics import SOURCE_TOPICS
 
 #: Largest request body, in bytes.
 MAX_BODY_BYTES = 1024 * 1024

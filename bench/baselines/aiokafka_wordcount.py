@@ -20,8 +20,8 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from app.admin import partitions_of
-from app.semantics import tokenize_bytes
+from core.admin import partitions_of
+from core.semantics import tokenize_bytes
 
 
 async def count(bootstrap: str, topic: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import faust
 
-from app.semantics import tokenize_bytes
+from core.semantics import tokenize_bytes
 
 APP_ID = "bench-faust-wordcount"
 

@@ -27,9 +27,9 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from app.admin import ensure_topics
-from app.semantics import HOUR_MS, tokenize
-from app.topics import TopicSpec, partition_for, topic_specs
+from core.admin import ensure_topics
+from core.semantics import HOUR_MS, tokenize
+from core.topics import TopicSpec, partition_for, topic_specs
 from jobs import compare, pyenv
 from jobs.recompute import EXIT_DIFFERS, EXIT_PREFLIGHT, EXIT_SAME, Options, run
 from jobs.session import jar_cache, udf_jar

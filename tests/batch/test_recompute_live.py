@@ -22,9 +22,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import murmur2
 
 from agents.corrections import window_key
-from app.admin import ensure_topics
-from app.semantics import HOUR_MS, tokenize
-from app.topics import topic_specs
+from core.admin import ensure_topics
+from core.semantics import HOUR_MS, tokenize
+from core.topics import topic_specs
 from jobs.cut import take_cut
 from jobs.recompute import EXIT_DIFFERS, EXIT_SAME, Options, run
 from ops.generator import SENTENCES, Catalogue, item_event

@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 
-from app import semantics
+from core import semantics
 from jobs import pytext, transforms
 
 pytestmark = pytest.mark.batch

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 
-from app import semantics
+from core import semantics
 from jobs import compare, session, transforms
 
 pytestmark = pytest.mark.batch

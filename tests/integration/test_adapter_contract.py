@@ -113,7 +113,7 @@ def test_faust_and_aiokafka_have_what_the_adapter_uses(
 
 def test_the_adapter_plugs_its_fetcher_and_transport_into_the_app() -> None:
     from app.main import create_app
-    from app.settings import Settings
+    from core.settings import Settings
 
     app = create_app(Settings())
     assert isinstance(app._fetcher, faust_adapter.EngineFetcher)

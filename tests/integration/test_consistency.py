@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from api.tokens import Token, encode_token
-from app.semantics import tokenize
+from core.semantics import tokenize
 from tests.support.kafka import TEST_PORT, LocalKafka, local_kafka
 from tests.support.kafka_io import changelog_values, produce, wait_for
 from tests.support.workers import Worker

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from api.tokens import Token, decode_token
-from app.topics import partition_for
+from core.topics import partition_for
 from tests.support.kafka import TEST_PORT, LocalKafka, local_kafka
 from tests.support.kafka_io import Record, read_topic, wait_for
 from tests.support.ports import require_free_port

@@ -20,8 +20,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from app.semantics import tokenize
-from app.topics import partition_for
+from core.semantics import tokenize
+from core.topics import partition_for
 from tests.support.kafka import TEST_PORT, LocalKafka, local_kafka
 from tests.support.kafka_io import changelog_state, produce, wait_for
 from tests.support.workers import Worker

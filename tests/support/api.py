@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from api.app import create_api
-from app.settings import Settings
+from core.settings import Settings
 from tables.engine import Engine
 
 APP_ID = "streamstate"

@@ -12,8 +12,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from app.admin import partitions_of
-from tables.positions import POSITION_KEY
+from core.admin import partitions_of
+from core.topics import POSITION_KEY
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from api.metrics import REGISTRY
 from api.records import Outgoing
 from api.routes.topics import MAX_BODY_BYTES
 from api.tokens import Token, decode_token
-from app.metrics import REGISTRY
-from app.semantics import InvalidEvent, check_key, parse_item_event
-from app.topics import partition_for
+from core.semantics import InvalidEvent, check_key, parse_item_event
+from core.topics import partition_for
 from tests.support import api as support
 from tests.support.api import APP_ID
 

@@ -12,7 +12,7 @@ from api.queries import best_answer, encode_key, relayable, window_at, windows_b
 from api.routes.internal import parse_partitions
 from api.routing import normalize_url
 from api.scans import PartitionPage, better, decode_cursor, encode_cursor, merge
-from app.topics import partition_for
+from core.topics import partition_for
 
 HOUR = 3_600_000
 

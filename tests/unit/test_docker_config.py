@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.settings import Settings
+from core.settings import Settings
 from ops.docker.spark_jars import add_missing, artifact_name
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,11 +18,11 @@ import pytest
 from sortedcontainers import SortedDict
 
 from agents.words import REPARTITION_TOPIC, pipelines
-from app.topics import TEXT_LINES, dlq_topic
+from core.topics import POSITION_KEY, TEXT_LINES, dlq_topic
 from tables.definitions import WORD_COUNTS
 from tables.engine import TP, Engine, EngineFailure
 from tables.pipeline import ERROR_HEADER, Batch, Context, Output, Pipeline, Record, TableSpec
-from tables.positions import POSITION_KEY, Lineage, Position, encode_offsets
+from tables.positions import Lineage, Position, encode_offsets
 
 PARTITIONS = 2
 

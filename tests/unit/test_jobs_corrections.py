@@ -10,7 +10,7 @@ from faust.serializers import codecs
 from faust.windows import TumblingWindow
 
 from agents.corrections import parse_window_key, plan, window_key
-from app.semantics import HOUR_MS, InvalidEvent
+from core.semantics import HOUR_MS, InvalidEvent
 from tables.windows import window_key as table_window_key
 from tables.windows import window_range
 

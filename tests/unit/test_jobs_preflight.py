@@ -57,7 +57,7 @@ def test_a_missing_module_is_named_with_the_interpreter_and_the_fix() -> None:
 
 
 def test_a_module_whose_own_import_fails_names_what_it_lacked() -> None:
-    answers = [probe(("app.semantics", "pydantic"), ("pyarrow", "pyarrow"))]
+    answers = [probe(("core.semantics", "pydantic"), ("pyarrow", "pyarrow"))]
     with pytest.raises(PreflightError, match="cannot import pyarrow, pydantic"):
         preflight.judge_probes(answers, SOURCE_ENV, "python3")
 

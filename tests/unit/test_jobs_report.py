@@ -10,7 +10,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from app.semantics import HOUR_MS
+from core.semantics import HOUR_MS
 from jobs.compare import specs
 from jobs.cut import Cut
 from jobs.recompute import LIVE_POOL, STORES_POOL, WORDS_POOL, parse_args, summary

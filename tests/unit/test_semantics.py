@@ -8,8 +8,8 @@ from collections import Counter
 import orjson
 import pytest
 
-from app.models import ItemEvent
-from app.semantics import (
+from core.models import ItemEvent
+from core.semantics import (
     HOUR_MS,
     InvalidEvent,
     add_sale,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Settings
+from core.settings import Settings
 
 
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,7 @@ from api.tokens import (
     decode_token,
     encode_token,
 )
-from app.topics import SOURCE_TOPICS
+from core.topics import SOURCE_TOPICS
 
 APP = "streamstate"
 

@@ -13,8 +13,8 @@ import logging
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from app.errors import TopicLayoutError
-from app.topics import TopicSpec
+from core.errors import TopicLayoutError
+from core.topics import TopicSpec
 
 logger = logging.getLogger(__name__)
 

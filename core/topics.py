@@ -22,6 +22,12 @@ CORRECTIONS = "corrections"
 SOURCE_TOPICS = (TEXT_LINES, ITEM_EVENTS, PRODUCTS, PAYMENTS)
 
 
+#: The key under which each table partition keeps its position (tables/positions.py), and
+#: the key of position records in repartition topics. Not valid UTF-8, so no table key
+#: (raw UTF-8 or JSON) and no record key of the contract can be equal to it.
+POSITION_KEY = b"\xff\xffstreamstate.position"
+
+
 def partition_for(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner gives ``key`` (murmur2, like Java)."""
     hashed: int = murmur2(key)

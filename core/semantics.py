@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from app.models import ItemEvent, Payment, Product
+from core.models import ItemEvent, Payment, Product
 
 #: Tumbling window size of sales_by_category, in milliseconds.
 HOUR_MS = 3_600_000
