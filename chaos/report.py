@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ops.generated import README, ROOT, replace_section
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -51,7 +53,30 @@ def write(results: dict[str, Any], mode: str, directory: Path = RESULTS) -> Path
     (directory / "summary.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
     path = directory / "summary.md"
     path.write_text(markdown(document))
+    if directory == RESULTS:  # the project's own results: the docs follow them
+        publish(document)
     return path
+
+
+def headline(document: dict[str, Any]) -> str:
+    """The README's reliability table: each scenario's verdict and headline."""
+    m = document["machine"]
+    lines = [
+        f"`make chaos` at commit `{m['commit']}` ({document['mode']} run, "
+        f"{document['generated_at']}, {m['cpus']} cores):",
+        "",
+        "| fault | verdict | what happened |",
+        "| --- | --- | --- |",
+    ]
+    for result in document["scenarios"].values():
+        lines.append(f"| {result['title']} | {result['verdict']} | {result['headline']} |")
+    return "\n".join(lines) + "\n"
+
+
+def publish(document: dict[str, Any]) -> None:
+    """docs/reliability.md and the README's reliability table, from ``document``."""
+    (ROOT / "docs" / "reliability.md").write_text(markdown(document))
+    replace_section(README, "reliability", headline(document))
 
 
 def markdown(document: dict[str, Any]) -> str:

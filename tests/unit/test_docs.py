@@ -1,14 +1,19 @@
 """The documentation says what the code does: every setting with its environment name
-and default, every metric the worker exports."""
+and default, every metric the worker exports, and the figures the result files hold."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
-from core.settings import Settings
+import pytest
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+from chaos import report as chaos_report
+from core.settings import Settings
+from ops.generated import README, ROOT, MissingSection, replace_section, section
+
+DOCS = ROOT / "docs"
 
 
 def environment_names() -> dict[str, str]:
@@ -48,3 +53,18 @@ def test_every_metric_the_api_exports_is_documented() -> None:
     documented = [m for m in sorted(exported) if m in text or m.startswith("streamstate_restore")]
     missing = sorted(exported - set(documented))
     assert not missing, f"docs/operations.md does not list {missing}"
+
+
+def test_the_readme_and_reliability_page_hold_what_the_chaos_results_say() -> None:
+    document = json.loads((ROOT / "chaos" / "results" / "summary.json").read_text())
+    assert section(README.read_text(), "reliability") == chaos_report.headline(document)
+    assert (DOCS / "reliability.md").read_text() == chaos_report.markdown(document)
+
+
+def test_a_section_is_rewritten_between_its_markers_only(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# t\n<!-- begin x -->\nold\n<!-- end x -->\ntail\n")
+    replace_section(page, "x", "new | table")
+    assert page.read_text() == "# t\n<!-- begin x -->\nnew | table\n<!-- end x -->\ntail\n"
+    with pytest.raises(MissingSection):
+        replace_section(page, "y", "anything")
