@@ -112,8 +112,13 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         if self.read_committed:
             # faust reads committed records only when it runs transactions itself; here
             # the engine runs them, so faust runs at least once.
-            consumer._isolation_level = "read_committed"
+            read_committed(consumer)
         return consumer
+
+
+def read_committed(consumer: AIOKafkaConsumer) -> None:
+    """Make an aiokafka consumer that is not started yet read committed records only."""
+    consumer._isolation_level = "read_committed"
 
 
 class _Consumer(faust_aiokafka.Consumer):
@@ -186,6 +191,11 @@ class EngineApp(faust.App):
     @cached_property
     def _fetcher(self) -> Any:
         return EngineFetcher(self, loop=self.loop, beacon=self.consumer.beacon)
+
+
+def fetcher_of(app: faust.App) -> Any:
+    """The Fetcher service an App runs."""
+    return app._fetcher
 
 
 def internal_channels(app: faust.App) -> list[Any]:

@@ -116,7 +116,7 @@ def test_the_adapter_plugs_its_fetcher_and_transport_into_the_app() -> None:
     from core.settings import Settings
 
     app = create_app(Settings())
-    assert isinstance(app._fetcher, faust_adapter.EngineFetcher)
+    assert isinstance(faust_adapter.fetcher_of(app), faust_adapter.EngineFetcher)
     assert app.transport.Consumer is faust_adapter._Consumer
     assert isinstance(app.tables, faust_adapter.StreamstateTableManager)
 
@@ -151,8 +151,8 @@ def test_read_committed_set_as_the_adapter_sets_it_hides_open_transactions_and_t
     async def check() -> tuple[list[bytes], int | None, int | None, bool | None, bool | None]:
         committed_end = await _transactions(kafka.bootstrap, topic)
         consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False)
-        # what _ConsumerThread._create_worker_consumer does before faust starts it
-        consumer._isolation_level = "read_committed"
+        # what the worker's consumer thread does before faust starts it
+        faust_adapter.read_committed(consumer)
         before = consumer_connected(consumer)
         await consumer.start()
         tp = TopicPartition(topic, 0)

@@ -1,0 +1,162 @@
+"""The engine crashed at every point of a batch cycle, in process, over the in-memory log
+of tests/unit/test_engine.py: before Kafka takes the cycle, halfway through what Kafka
+takes (at_least_once: records without a transaction), after Kafka took it but before
+the store has it, and after the store has it but before the offsets are committed.
+
+The process dies there; a new one restores its tables from the changelogs, as faust's
+recovery does from each partition's persisted changelog offset, and resumes from the
+committed offsets. Under exactly_once the tables must equal a run without a crash;
+under at_least_once no word may be under-counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import orjson
+import pytest
+
+from core.topics import POSITION_KEY
+from tables.engine import TP, EngineFailure
+from tables.pipeline import Output
+from tests.unit.test_engine import (
+    TEXTS,
+    Log,
+    LogConnector,
+    LogDelivery,
+    MemoryTable,
+    fetch,
+    lines,
+    run,
+    word_engine,
+)
+
+POINTS = ("before_kafka", "halfway_into_kafka", "before_the_store", "before_the_commit")
+
+
+class Crash(Exception):
+    """The process dies here."""
+
+
+@dataclass
+class CrashingDelivery(LogDelivery):
+    point: str = ""
+    armed: bool = False
+
+    async def send(self, outputs: Sequence[Output], offsets: Mapping[TP, int]) -> dict[TP, int]:
+        if self.armed and self.point == "before_kafka":
+            raise Crash(self.point)
+        if self.armed and self.point == "halfway_into_kafka":
+            await super().send(list(outputs)[: len(outputs) // 2], {})
+            raise Crash(self.point)
+        return await super().send(outputs, offsets)
+
+
+class CrashingTable(MemoryTable):
+    armed = False
+
+    def apply(
+        self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None
+    ) -> None:
+        if self.armed:
+            raise Crash("before_the_store")
+        super().apply(partition, changes, changelog_offset)
+
+
+@dataclass
+class CrashingConnector(LogConnector):
+    point: str = ""
+    armed: bool = False
+
+    def delivery(self, partition: int) -> LogDelivery:
+        delivery = CrashingDelivery(self.log, self.exactly_once, self.fail, point=self.point)
+        self.deliveries.append(delivery)
+        return delivery
+
+    def __post_init__(self) -> None:
+        self.deliveries: list[CrashingDelivery] = []
+
+    def arm(self, on: bool) -> None:
+        self.armed = on
+        for delivery in self.deliveries:
+            delivery.armed = on
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        if self.armed and self.point == "before_the_commit":
+            raise Crash(self.point)
+        await super().commit(offsets)
+
+
+def recover(table: MemoryTable, log: Log) -> None:
+    """faust's recovery: each partition reads its changelog past its persisted offset."""
+    for tp, records in sorted(log.records.items()):
+        if tp.topic != table.changelog_topic:
+            continue
+        done = table.offsets.get(tp.partition)
+        tail = [r for r in records if done is None or r.offset > done]
+        if tail:
+            MemoryTable.apply(
+                table, tp.partition, {r.key: r.value for r in tail if r.key}, tail[-1].offset
+            )
+
+
+def crash_once(
+    exactly_once: bool, point: str, at_cycle: int
+) -> tuple[Counter[bytes], Log, MemoryTable]:
+    log, table = Log(), CrashingTable("word_counts")
+    want = lines(log, TEXTS)
+    connector = CrashingConnector(log, exactly_once, point=point)
+    engine = word_engine(connector, table)
+
+    async def until_crash() -> None:
+        for cycle in range(200):
+            armed = cycle >= at_cycle
+            connector.arm(armed)
+            table.armed = armed and point == "before_the_store"
+            fetched = fetch(connector, sorted(engine.topics), 2)
+            positions = {tp: connector.positions[tp] for tp in fetched}
+            await engine.process(fetched, positions)
+        raise AssertionError("the crash never came")
+
+    with pytest.raises((Crash, EngineFailure)):
+        asyncio.run(until_crash())
+    table.armed = False
+    # A new process on the same disk: restore, then resume from the committed offsets.
+    recover(table, log)
+    restarted = LogConnector(log, exactly_once)
+    run(word_engine(restarted, table), restarted, limit=2, cycles=400)
+    return want, log, table
+
+
+@pytest.mark.parametrize("at_cycle", [0, 1, 3, 6, 10])
+@pytest.mark.parametrize(
+    "point", [p for p in POINTS if p not in ("halfway_into_kafka", "before_the_commit")]
+)
+def test_exactly_once_tables_are_exact_after_a_crash_at_any_point(
+    point: str, at_cycle: int
+) -> None:
+    want, log, table = crash_once(True, point, at_cycle)
+    assert table.values() == dict(want)
+    # and the changelog, which a standby or a restore reads, says the same
+    latest: dict[bytes, object] = {}
+    for record in log.topic(table.changelog_topic):
+        if record.key != POSITION_KEY and record.value is not None:
+            latest[record.key] = orjson.loads(record.value)
+    assert latest == dict(want)
+
+
+@pytest.mark.parametrize("at_cycle", [0, 1, 3, 6, 10])
+@pytest.mark.parametrize("point", POINTS)
+def test_at_least_once_never_under_counts_after_a_crash_at_any_point(
+    point: str, at_cycle: int
+) -> None:
+    want, log, table = crash_once(False, point, at_cycle)
+    counted = table.values()
+    assert set(counted) == set(want)
+    assert all(int(counted[word]) >= n for word, n in want.items())  # type: ignore[call-overload]
+    for tp, records in log.records.items():
+        if tp.topic == "text-lines":
+            assert log.committed[tp] == len(records)
