@@ -324,8 +324,8 @@ class Queries:
         if copy is not None:
             try:
                 local = await self._serve(query, copy)
-            except (NotYet, NoReplica):  # this standby is behind the read's position or bound
-                local = None
+            except (NotYet, NoReplica, NotHeldHere):
+                local = None  # this standby is behind the read's position or bound, or gone
             if local is not None:
                 if copy.offset_lag == 0:
                     return local
