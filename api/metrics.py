@@ -80,6 +80,11 @@ class WorkerCollector(Collector):
         yield CounterMetricFamily(
             "streamstate_batch_cycles", "Batch cycles the engine completed.", value=figures.cycles
         )
+        yield GaugeMetricFamily(
+            "streamstate_engine_failed",
+            "1 once a store failed: the worker processes nothing until it is restarted.",
+            value=int(engine.failure is not None),
+        )
         yield CounterMetricFamily(
             "streamstate_batch_cycle_seconds",
             "Time spent in batch cycles, all together.",

@@ -134,7 +134,7 @@ class KeyMetadata(BaseModel):
 
 
 class Readiness(BaseModel):
-    status: Literal["ready", "recovering", "broker-unreachable"]
+    status: Literal["ready", "recovering", "broker-unreachable", "failed"]
     assigned: int
     progress: dict[str, Any] | None = None
     detail: str | None = None

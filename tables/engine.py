@@ -20,8 +20,10 @@ goes in terms of the source topics.
 
 A record whose processing raises goes to its topic's dead-letter topic with the
 exception in its ``error`` header, and the rest of its batch takes effect. A failure of
-Kafka or of the store stops the worker (:class:`EngineFailure`): nothing is skipped, and
-a restart resumes from the committed offsets.
+Kafka (:class:`EngineFailure`) takes nothing: the tasks close and start again from the
+committed offsets once Kafka answers. A failure of a store after Kafka took the cycle
+(:class:`StoreFailure`) stops the engine for good, with the reason in :attr:`Engine.failure`:
+the store is behind its changelog, and a restart restores it. Nothing is skipped.
 
 Nothing here imports faust or aiokafka: the worker plugs in a :class:`Connector`
 (``tables/faust_adapter.py``), and tests plug in an in-process one.
@@ -71,7 +73,13 @@ class TP(NamedTuple):
 
 
 class EngineFailure(RuntimeError):
-    """Kafka or a store failed under a batch: the worker must stop."""
+    """Kafka failed under a cycle: the cycle did not take effect, and the tasks start
+    again from the committed offsets once Kafka answers."""
+
+
+class StoreFailure(EngineFailure):
+    """A store failed after Kafka took the cycle: the store is behind its changelog, so
+    the engine processes nothing more; a restart restores it from the changelog."""
 
 
 class TableStore(Protocol):
@@ -405,7 +413,7 @@ class Task:
                 offset = written.get(TP(store.changelog_topic, self.partition))
                 store.apply(self.partition, items, offset)
         except Exception as exc:
-            raise EngineFailure(f"task {self.partition}: the store failed: {exc!r}") from exc
+            raise StoreFailure(f"task {self.partition}: the store failed: {exc!r}") from exc
         for name, items in changes.items():
             for listener in self.listeners:
                 try:
@@ -441,6 +449,8 @@ class Engine:
             raise ValueError(f"pipelines write undeclared tables: {sorted(missing)}")
         self.tasks: dict[int, Task] = {}
         self.figures = Figures()
+        #: why the engine stopped for good (a store failed), or None
+        self.failure: str | None = None
         #: partitions whose task is being set up
         self._starting: set[int] = set()
         self._lock = asyncio.Lock()
@@ -487,7 +497,10 @@ class Engine:
                 assert isinstance(result, dict)
                 committed.update(result)
             if committed and not self.exactly_once:
-                await self.connector.commit(committed)
+                try:
+                    await self.connector.commit(committed)
+                except Exception as exc:
+                    raise EngineFailure(f"the offsets were not committed: {exc!r}") from exc
             self.figures.cycles += 1
             self.figures.cycle_seconds += time.monotonic() - started
 
@@ -498,14 +511,17 @@ class Engine:
             return
         await self.connector.prepare()
         delivery = self.connector.delivery(partition)
-        await delivery.open()
+        try:
+            await delivery.open()
+        except Exception as exc:
+            raise EngineFailure(f"task {partition}: its producer did not start: {exc!r}") from exc
         tps = sorted(set(self.connector.assigned(partition, self.topics)) | set(fetched))
         try:
             committed = await self.connector.committed(tps)
             await self.connector.seek(committed)
-        except Exception:
+        except Exception as exc:
             await delivery.close()
-            raise
+            raise EngineFailure(f"task {partition}: no committed offsets: {exc!r}") from exc
         task = Task(
             partition,
             self.pipelines,

@@ -57,7 +57,7 @@ from rocksdict import WriteBatch
 
 from core.topics import POSITION_KEY
 from tables.delivery import SharedDelivery, TransactionalDelivery
-from tables.engine import TP, Delivery, Engine, EngineFailure
+from tables.engine import TP, Delivery, Engine, EngineFailure, StoreFailure
 from tables.restore import RestoreStats, bulk_plan
 
 logger = logging.getLogger(__name__)
@@ -274,6 +274,9 @@ async def remove_static_members(
 
 # -- the fetch loop ----------------------------------------------------------------------
 
+#: After Kafka failed under a cycle, the tasks start again this many seconds later.
+KAFKA_RETRY_S = 1.0
+
 
 class EngineFetcher(Fetcher):
     """faust's Fetcher with the engine's loop: whole fetches of the source topics go to
@@ -323,17 +326,35 @@ async def _drain(app: Any, fetcher: Service) -> None:
                     position = _position(app, tp)
                     if position is not None:
                         positions[tp] = position
+            if engine.failure is not None:
+                continue  # a store failed: nothing more is processed until a restart
             cycle = asyncio.ensure_future(engine.process(sources, positions))
-            await asyncio.shield(cycle)
+            try:
+                await asyncio.shield(cycle)
+            except StoreFailure as exc:
+                engine.failure = str(exc)
+                logger.error(
+                    "%s; the worker processes nothing more (it answers reads and reports "
+                    "the failure on /ready and /metrics); a restart restores the store from "
+                    "its changelog and resumes from the committed offsets",
+                    exc,
+                )
+                await engine.revoke()
+            except EngineFailure as exc:
+                logger.warning(
+                    "%s; the tasks start again from the committed offsets in %.0f s",
+                    exc,
+                    KAFKA_RETRY_S,
+                )
+                await engine.revoke()
+                await asyncio.sleep(KAFKA_RETRY_S)
             cycle = None
     except asyncio.CancelledError:
-        if cycle is not None:
+        if cycle is not None and not cycle.done():
             # A batch cycle is never cut short: it commits (or fails) as a whole.
-            await cycle
+            with contextlib.suppress(EngineFailure):
+                await cycle
         raise
-    except EngineFailure as exc:
-        logger.error("%s; the worker stops and a restart resumes from the committed offsets", exc)
-        await app.crash(exc)
     except Exception as exc:
         logger.exception("the engine's fetch loop failed; the worker stops")
         await app.crash(exc)

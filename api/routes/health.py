@@ -30,7 +30,11 @@ def restore_progress(worker: Any) -> dict[str, Any]:
     "/ready",
     response_model=Readiness,
     responses={
-        503: {"model": Readiness, "description": "recovering, not yet assigned, or no broker"}
+        503: {
+            "model": Readiness,
+            "description": "recovering, not yet assigned, no broker, or failed (a store "
+            "failed: the worker processes nothing until it is restarted)",
+        }
     },
 )
 async def ready(worker: Worker) -> JSONResponse:
@@ -41,6 +45,16 @@ async def ready(worker: Worker) -> JSONResponse:
     except Exception:  # no assignment before the first rebalance
         assignment = set()
     progress = restore_progress(worker)
+    failure = worker.wiring.engine.failure
+    if failure is not None:
+        return JSONResponse(
+            {
+                "status": "failed",
+                "assigned": len(assignment),
+                "detail": f"{failure}; restart the worker once the cause is mended",
+            },
+            status_code=503,
+        )
     if consumer_connected(worker) is False:
         return JSONResponse(
             {
