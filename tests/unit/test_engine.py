@@ -20,7 +20,7 @@ from sortedcontainers import SortedDict
 from agents.words import REPARTITION_TOPIC, pipelines
 from core.topics import POSITION_KEY, TEXT_LINES, dlq_topic
 from tables.definitions import WORD_COUNTS
-from tables.engine import TP, Engine, EngineFailure
+from tables.engine import TP, Engine, EngineFailure, StoreFailure
 from tables.pipeline import ERROR_HEADER, Batch, Context, Output, Pipeline, Record, TableSpec
 from tables.positions import Lineage, Position, encode_offsets
 
@@ -439,3 +439,32 @@ def test_pipelines_must_declare_the_tables_they_write() -> None:
     connector = LogConnector(Log(), exactly_once=True)
     with pytest.raises(ValueError, match="undeclared tables"):
         Engine([boom_on(b"x")], {}, connector, exactly_once=True, partitions=PARTITIONS)
+
+
+def test_a_store_that_fails_after_kafka_took_the_cycle_is_a_store_failure() -> None:
+    class FullDisk(MemoryTable):
+        def apply(
+            self,
+            partition: int,
+            changes: Mapping[bytes, bytes | None],
+            changelog_offset: int | None,
+        ) -> None:
+            raise OSError(28, "No space left on device")
+
+    log, table = Log(), FullDisk(WORD_COUNTS)
+    lines(log, TEXTS[:3])
+    connector = LogConnector(log, exactly_once=True)
+    with pytest.raises(StoreFailure, match="No space left on device"):
+        run(word_engine(connector, table), connector)
+    # Kafka has the cycle (its changelog records and offsets): a restore brings it back
+    assert log.topic(table.changelog_topic)
+
+
+def test_a_kafka_failure_is_not_a_store_failure() -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    lines(log, TEXTS[:3])
+    connector = LogConnector(log, exactly_once=True, fail=[True])
+    with pytest.raises(EngineFailure) as failed:
+        run(word_engine(connector, table), connector)
+    assert not isinstance(failed.value, StoreFailure)
+    assert not log.topic(table.changelog_topic)
