@@ -19,13 +19,21 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import machine, plots, report
+from bench import data, machine, plots, report
 from bench.config import RESULTS, WORK_DIR, Sizes, sizes
 from bench.kafka import BenchKafka
 from bench.procs import Worker
-from bench.scenarios import Outcome, batch, inventory, queries, restore, wordcount
+from bench.scenarios import (
+    Outcome,
+    batch,
+    consistency,
+    inventory,
+    queries,
+    restore,
+    wordcount,
+)
 
-SCENARIOS = ("wordcount", "inventory", "batch", "restore", "iq", "failover")
+SCENARIOS = ("wordcount", "inventory", "batch", "restore", "iq", "consistency", "failover")
 
 
 class Run:
@@ -105,6 +113,13 @@ def state_scenarios(run: Run, kafka: BenchKafka, size: Sizes) -> None:
         routed.extend(owned_by_b)
         return outcome
 
+    def read_your_writes() -> Outcome:
+        a, b = (workers["a"], workers["b"]) if "b" in workers else two_workers()
+        step = max(1, size.restore_keys // size.iq_sample_keys)
+        sample = [data.counter_key(n) for n in range(0, size.restore_keys, step)]
+        local = queries.wait_two_owners(a, b, sample, timeout=120)[a.url]
+        return consistency.run(a, b, local, size, WORK_DIR / "restore")
+
     def failover() -> Outcome | None:
         if not routed:
             raise RuntimeError("no keys of the second worker (the queries step failed)")
@@ -115,6 +130,8 @@ def state_scenarios(run: Run, kafka: BenchKafka, size: Sizes) -> None:
             run.attempt("restore", restored)
         if run.wanted("iq", "failover"):
             run.attempt("iq", iq)
+        if run.wanted("consistency"):
+            run.attempt("consistency", read_your_writes)
         if run.wanted("failover"):
             run.attempt("failover", failover)
     finally:
@@ -141,7 +158,7 @@ def main() -> None:
     try:
         if run.wanted("wordcount", "inventory", "batch"):
             stream_scenarios(run, kafka, size)
-        if run.wanted("restore", "iq", "failover"):
+        if run.wanted("restore", "iq", "consistency", "failover"):
             state_scenarios(run, kafka, size)
     finally:
         kafka.down()

@@ -63,8 +63,11 @@ async def warm(session: aiohttp.ClientSession, url: str) -> None:
         await answer.read()
 
 
-async def load(base: str, table: str, keys: list[str], duration: float, connections: int) -> Tally:
-    urls = [f"{base}/tables/{table}/keys/{quote(key, safe='')}" for key in keys]
+async def load(
+    base: str, table: str, keys: list[str], duration: float, connections: int, query: str = ""
+) -> Tally:
+    suffix = f"?{query}" if query else ""
+    urls = [f"{base}/tables/{table}/keys/{quote(key, safe='')}{suffix}" for key in keys]
     tally = Tally()
     connector = aiohttp.TCPConnector(limit=connections)
     timeout = aiohttp.ClientTimeout(total=10)
@@ -102,9 +105,12 @@ def main() -> None:
     parser.add_argument("--keys-file", type=Path, required=True)
     parser.add_argument("--duration", type=float, default=30.0)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--query", default="", help="a query string for every read")
     args = parser.parse_args()
     keys = args.keys_file.read_text().split()
-    tally = asyncio.run(load(args.base, args.table, keys, args.duration, args.connections))
+    tally = asyncio.run(
+        load(args.base, args.table, keys, args.duration, args.connections, args.query)
+    )
     sys.stdout.write(orjson.dumps(summarize(tally, args.duration)).decode() + "\n")
 
 

@@ -48,11 +48,15 @@ def wait_two_owners(a: Worker, b: Worker, keys: list[str], timeout: float) -> di
     raise TimeoutError(f"keys never spread over both workers: {counts}")
 
 
-def load(worker: Worker, keys: list[str], sizes: Sizes, work: Path, name: str) -> dict[str, Any]:
+def load(
+    worker: Worker, keys: list[str], sizes: Sizes, work: Path, name: str, query: str = ""
+) -> dict[str, Any]:
     keys_file = work / f"{name}-keys.txt"
     keys_file.write_text("\n".join(keys))
     args = ["--base", worker.url, "--table", TABLE, "--keys-file", str(keys_file)]
     args += ["--duration", str(sizes.iq_duration_s), "--connections", str(sizes.iq_connections)]
+    if query:
+        args += ["--query", query]
     status, out, _ = run_module(
         "bench.loadgen", args, timeout=sizes.iq_duration_s + 120, log=work / "loadgen.log"
     )
