@@ -114,10 +114,11 @@ def run(a: Worker, b: Worker, local_keys: list[str], sizes: Sizes, work: Path) -
         "token_read_rps": with_token["rps"],
     }
     notes = [
-        f"{rounds} rounds (after {WARM_UP} not counted) on two workers: a restock written through POST /topics/item-events/"
-        "records on one, its store read with the answer's token alternately from the same "
-        "worker and the other; the same for a text line and one of its words (through the "
-        "repartition topic). Latency from the write's answer to the read's answer.",
+        f"{rounds} rounds (after {WARM_UP} not counted) on two workers: a restock written "
+        "through POST /topics/item-events/records on one, its store read with the answer's "
+        "token alternately from the same worker and the other; the same for a text line "
+        "and one of its words (through the repartition topic). Latency from the write's "
+        "answer to the read's answer.",
         "Token cost: the load generator's plain reads of keys the first worker owns against "
         f"the same reads with a satisfied token ({sizes.iq_connections} connections), in "
         f"{SLICES} alternating slices of {slices.iq_duration_s:.0f} s each, the median "
