@@ -1,0 +1,155 @@
+"""Measured runs shared by the word count and inventory scenarios: the project's worker
+under either guarantee, a Kafka Streams application under either, and the reset that
+lets the project run twice over the same preloaded topics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from app.topics import SETTLED_SALES, SOURCE_TOPICS, dlq_topic
+from bench.kafka import BenchKafka, create_project_topics, delete_topics, rewind_group
+from bench.kstreams import KStreamsApp
+from bench.procs import Worker
+from bench.progress import Progress, watch_group
+from bench.stats import completion_rate, instant_rates, steady_rate
+
+PROJECT_GROUP = "streamstate"
+MIB = 1024 * 1024
+T = TypeVar("T")
+
+
+@dataclass
+class Measured:
+    """One run over the preloaded records: its progress, rate and peak memory."""
+
+    label: str
+    progress: Progress
+    peak_rss_bytes: int | None
+    tables: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float | None:
+        """Records per second from the first commit on the source topic until every
+        record was committed through every stage; over the measuring window if unfinished."""
+        progress = self.progress
+        if progress.finished:
+            return completion_rate(progress.source_series, progress.total, progress.series[-1][0])
+        rate = steady_rate(progress.series)
+        return 0.0 if rate is None and progress.done == 0 else rate
+
+    @property
+    def peak_rss_mib(self) -> float | None:
+        return None if self.peak_rss_bytes is None else self.peak_rss_bytes / MIB
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "finished": self.progress.finished,
+            "events_per_s": self.rate,
+            "peak_rss_mib": self.peak_rss_mib,
+            "series": self.progress.series,
+            "rates": instant_rates(self.progress.series),
+            "committed": self.progress.committed,
+            "ends": self.progress.ends,
+        }
+
+    def unfinished_note(self, unit: str) -> str | None:
+        if self.progress.finished:
+            return None
+        return (
+            f"{self.label} did not finish: {self.progress.done:,.0f} of "
+            f"{self.progress.total:,} {unit} processed; its rate is over its measuring "
+            f"window. Committed at the end: {self.progress.committed}, of {self.progress.ends}."
+        )
+
+
+def watch(
+    kafka: BenchKafka,
+    group: str,
+    source: str,
+    downstream: list[str],
+    total: int,
+    max_s: float,
+    alive: Callable[[], bool],
+) -> Progress:
+    return asyncio.run(
+        watch_group(kafka.bootstrap, group, source, downstream, total, max_s, alive=alive)
+    )
+
+
+def run_project(
+    kafka: BenchKafka,
+    directory: Path,
+    label: str,
+    guarantee: str,
+    source: str,
+    downstream: list[str],
+    total: int,
+    max_s: float,
+) -> tuple[Measured, Worker]:
+    """One project worker (no standbys) until everything is processed; the worker is
+    returned still running, so that its tables can be read, and must be stopped."""
+    env = {"TABLE_STANDBY_REPLICAS": "0", "PROCESSING_GUARANTEE": guarantee}
+    worker = Worker(kafka.broker_url, directory, env=env).start()
+    try:
+        progress = watch(kafka, PROJECT_GROUP, source, downstream, total, max_s, worker.alive)
+        return Measured(label, progress, worker.peak_rss()), worker
+    except BaseException:
+        worker.stop()
+        raise
+
+
+def reset_project(kafka: BenchKafka, timeout: float = 60.0) -> None:
+    """Forget what the project computed, keep the source records: its internal topics
+    (changelogs, repartition topics) and outputs are deleted and created anew, and its
+    group reads the source topics from the start again. The workers must be stopped."""
+    outputs = (SETTLED_SALES, *(dlq_topic(t) for t in SOURCE_TOPICS))
+    asyncio.run(delete_topics(kafka.bootstrap, (f"{PROJECT_GROUP}-",), outputs))
+    asyncio.run(create_project_topics(kafka.bootstrap))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            asyncio.run(rewind_group(kafka.bootstrap, PROJECT_GROUP, list(SOURCE_TOPICS)))
+            return
+        except Exception:  # the group still has a member that is leaving
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def run_kstreams(
+    app: KStreamsApp,
+    kafka: BenchKafka,
+    source: str,
+    downstream: list[str],
+    total: int,
+    max_s: float,
+) -> Measured:
+    """One Kafka Streams application until everything is processed, then its tables."""
+    app.start()
+    try:
+        progress = watch(kafka, app.group, source, downstream, total, max_s, app.alive)
+        tables = app.dump() if progress.finished else {}
+    finally:
+        app.stop()
+    label = f"Kafka Streams ({app.guarantee})"
+    return Measured(label, progress, app.peak_rss_bytes, tables)
+
+
+def attempt(notes: list[str], what: str, step: Callable[[], T]) -> T | None:
+    """Run one optional step; a failure becomes a note and None."""
+    try:
+        return step()
+    except Exception as error:
+        first = str(error).splitlines()[0] if str(error) else ""
+        notes.append(f"{what} not measured: {type(error).__name__}: {first}")
+        return None
+
+
+def peak_mib(runs: list[Measured | None]) -> float | None:
+    values = [r.peak_rss_mib for r in runs if r is not None and r.peak_rss_mib is not None]
+    return max(values) if values else None
