@@ -148,7 +148,7 @@ def main() -> None:
     machine.finish(facts, time.monotonic() - run.started)
     summary = report.summary(facts, run.figures)
     args.out.mkdir(parents=True, exist_ok=True)
-    made = plots.draw(run.details, args.out)
+    made = plots.draw(run.details, args.out, run.figures)
     report.write(args.out, summary, run.notes, run.details, made)
     run.say(f"wrote {args.out}/summary.json, summary.md, {', '.join(made)}")
     print(report.table(summary))

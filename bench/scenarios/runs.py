@@ -7,16 +7,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from app.topics import SETTLED_SALES, SOURCE_TOPICS, dlq_topic
+from bench import kstreams
 from bench.kafka import BenchKafka, create_project_topics, delete_topics, rewind_group
 from bench.kstreams import KStreamsApp
 from bench.procs import Worker
 from bench.progress import Progress, watch_group
 from bench.stats import completion_rate, instant_rates, steady_rate
+from bench.tables import compare
 
 PROJECT_GROUP = "streamstate"
 MIB = 1024 * 1024
@@ -58,6 +60,11 @@ class Measured:
         }
 
     def unfinished_note(self, unit: str) -> str | None:
+        if self.progress.finished and self.rate is None:
+            return (
+                f"{self.label}: no rate, its first commit already covered all "
+                f"{self.progress.total:,} {unit} (too few to measure)."
+            )
         if self.progress.finished:
             return None
         return (
@@ -153,3 +160,36 @@ def attempt(notes: list[str], what: str, step: Callable[[], T]) -> T | None:
 def peak_mib(runs: list[Measured | None]) -> float | None:
     values = [r.peak_rss_mib for r in runs if r is not None and r.peak_rss_mib is not None]
     return max(values) if values else None
+
+
+def kstreams_note(what: str) -> str:
+    return (
+        f"Kafka Streams {kstreams.kafka_version()} (the broker's version) runs {what}; one "
+        f"stream thread, default caching, commit.interval.ms {kstreams.COMMIT_MS}, heap "
+        f"{kstreams.HEAP}, its own application id per guarantee. Peak RSS: VmHWM of the "
+        "worker's and the JVM's process just before each was stopped, the larger of the "
+        "scenario's two runs of each."
+    )
+
+
+def compare_runs(
+    pairs: list[tuple[Measured | None, Measured | None]],
+) -> tuple[bool | None, list[str], dict[str, Any]]:
+    """Each Kafka Streams run's tables against the project's under the same guarantee:
+    (all equal, or None when nothing was compared; notes; the differences)."""
+    notes: list[str] = []
+    checks: dict[str, Any] = {}
+    verdicts: list[bool] = []
+    for ours, theirs in pairs:
+        if ours is None or theirs is None or not ours.tables or not theirs.tables:
+            continue
+        differences = compare(ours.tables, theirs.tables)
+        verdicts.append(all(d.equal for d in differences.values()))
+        checks[theirs.label] = {name: asdict(d) for name, d in differences.items()}
+        described = "; ".join(
+            f"{name}: {d.describe('the project', 'Kafka Streams')}"
+            for name, d in differences.items()
+        )
+        verdict = "equal" if verdicts[-1] else "**different**"
+        notes.append(f"Tables of {theirs.label} against {ours.label}: {verdict}. {described}.")
+    return (all(verdicts) if verdicts else None), notes, checks

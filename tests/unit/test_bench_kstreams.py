@@ -125,3 +125,20 @@ def test_unknown_skus_and_second_product_versions() -> None:
     changed = [orjson.loads(v) for _k, v in data.recategorised(products, every=10)]
     assert changed
     assert all(p["category"] != products.products[p["sku"]]["category"] for p in changed)
+
+
+def test_the_comparison_plot_is_drawn_only_with_a_kafka_streams_figure(tmp_path: Path) -> None:
+    from bench import plots
+
+    assert not plots.kstreams({"wordcount": {"events_per_s": 1.0}}, tmp_path / "none.png")
+    figures = {
+        "wordcount": {
+            "events_per_s": 120_000.0,
+            "baseline_kstreams_events_per_s": 40_000.0,
+            "ceiling_aiokafka_events_per_s": 200_000.0,
+            "peak_rss_mib": 150.0,
+        },
+        "inventory": {"events_per_s": 2_000.0},
+    }
+    assert plots.draw({}, tmp_path, figures) == ["kstreams.png"]
+    assert (tmp_path / "kstreams.png").stat().st_size > 1000
