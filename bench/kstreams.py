@@ -29,6 +29,8 @@ MAIN_CLASS = "streamstate.kstreams.Main"
 #: times a second while loaded; Kafka Streams commits on an interval, this one.
 COMMIT_MS = int(os.environ.get("BENCH_KSTREAMS_COMMIT_MS", "100"))
 HEAP = os.environ.get("BENCH_KSTREAMS_HEAP", "1g")
+#: More JVM options, e.g. a flight recording: -XX:StartFlightRecording=filename=ks.jfr
+JAVA_OPTIONS = os.environ.get("BENCH_KSTREAMS_JAVA_OPTS", "").split()
 AT_LEAST_ONCE, EXACTLY_ONCE = "at_least_once", "exactly_once_v2"
 
 
@@ -114,7 +116,7 @@ class KStreamsApp:
         shutil.rmtree(state, ignore_errors=True)
         command = [
             "java", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-            "-cp", classpath(), MAIN_CLASS,
+            *JAVA_OPTIONS, "-cp", classpath(), MAIN_CLASS,
             "--topology", self.topology, "--bootstrap", self.bootstrap,
             "--application-id", self.application_id, "--guarantee", self.guarantee,
             "--commit-ms", str(self.commit_ms), "--state-dir", str(state),

@@ -152,6 +152,7 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     ]
     measured = [r for r in (project, eos, ks, ks_eos) if r is not None]
     notes += [n for r in measured if (n := r.unfinished_note("item events")) is not None]
+    notes += [n for n in (runs.commit_note([project, eos]),) if n is not None]
     equal, check_notes, checks = runs.compare_runs([(project, ks), (eos, ks_eos)])
     notes += check_notes
     return Outcome(

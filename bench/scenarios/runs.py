@@ -25,6 +25,16 @@ MIB = 1024 * 1024
 T = TypeVar("T")
 
 
+def metric_value(text: str, name: str) -> float | None:
+    """The value of an unlabelled metric in Prometheus' text format (counters may carry
+    the ``_total`` suffix)."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] in (name, f"{name}_total"):
+            return float(parts[1])
+    return None
+
+
 @dataclass
 class Measured:
     """One run over the preloaded records: its progress, rate and peak memory."""
@@ -33,6 +43,8 @@ class Measured:
     progress: Progress
     peak_rss_bytes: int | None
     tables: dict[str, Any] = field(default_factory=dict)
+    #: The project's batch cycles (each one commit) during the run, from /metrics.
+    cycles: float | None = None
 
     @property
     def rate(self) -> float | None:
@@ -48,8 +60,18 @@ class Measured:
     def peak_rss_mib(self) -> float | None:
         return None if self.peak_rss_bytes is None else self.peak_rss_bytes / MIB
 
+    @property
+    def commit_interval_ms(self) -> float | None:
+        """The mean time between the project's commits while it processed the records."""
+        started = [t for t, v in self.progress.source_series if v > 0]
+        if not self.cycles or not started or not self.progress.finished:
+            return None
+        return 1000 * (self.progress.series[-1][0] - started[0]) / self.cycles
+
     def details(self) -> dict[str, Any]:
         return {
+            "batch_cycles": self.cycles,
+            "commit_interval_ms": self.commit_interval_ms,
             "finished": self.progress.finished,
             "events_per_s": self.rate,
             "peak_rss_mib": self.peak_rss_mib,
@@ -104,7 +126,9 @@ def run_project(
     worker = Worker(kafka.broker_url, directory, env=env).start()
     try:
         progress = watch(kafka, PROJECT_GROUP, source, downstream, total, max_s, worker.alive)
-        return Measured(label, progress, worker.peak_rss()), worker
+        status, metrics = worker.get("/metrics")
+        cycles = metric_value(metrics, "streamstate_batch_cycles") if status == 200 else None
+        return Measured(label, progress, worker.peak_rss(), cycles=cycles), worker
     except BaseException:
         worker.stop()
         raise
@@ -193,3 +217,18 @@ def compare_runs(
         verdict = "equal" if verdicts[-1] else "**different**"
         notes.append(f"Tables of {theirs.label} against {ours.label}: {verdict}. {described}.")
     return (all(verdicts) if verdicts else None), notes, checks
+
+
+def commit_note(runs: list[Measured | None]) -> str | None:
+    """How often the project committed in its runs (one commit per batch cycle)."""
+    parts = [
+        f"every {r.commit_interval_ms:,.0f} ms {r.label.split('(')[-1].rstrip(')')}"
+        for r in runs
+        if r is not None and r.commit_interval_ms is not None
+    ]
+    if not parts:
+        return None
+    return (
+        "The project commits once per batch cycle; while it processed the records that was "
+        f"on average {', '.join(parts)} (its /metrics' batch cycles over the run)."
+    )

@@ -167,6 +167,7 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     ]
     measured = [r for r in (project, eos, ks, ks_eos) if r is not None]
     notes += [n for r in measured if (n := r.unfinished_note("lines")) is not None]
+    notes += [n for n in (runs.commit_note([project, eos]),) if n is not None]
     pairs = [(project, ks), (eos, ks_eos)]
     equal, check_notes, checks = runs.compare_runs(pairs)
     notes += check_notes

@@ -53,13 +53,18 @@ public final class Settle implements Processor<byte[], JoinInput, byte[], byte[]
   private KeyValueStore<String, Long> watermarks;
   private KeyValueStore<String, Long> unsettled;
 
+  /**
+   * The join's stores, persistent with changelogs. The buffers, scanned by range, keep Kafka
+   * Streams' default for a store builder (no cache: a range over a cached store copies the
+   * cached keys of the range); the event times and the counts, a few keys written by nearly
+   * every record, are cached like the DSL's stores.
+   */
   public static List<StoreBuilder<?>> stores() {
     List<StoreBuilder<?>> out = new ArrayList<>();
     for (String name : List.of(SALES, PAYMENTS)) {
       out.add(
           Stores.keyValueStoreBuilder(
-                  Stores.persistentKeyValueStore(name), Serdes.Bytes(), Serdes.ByteArray())
-              .withCachingEnabled());
+              Stores.persistentKeyValueStore(name), Serdes.Bytes(), Serdes.ByteArray()));
     }
     for (String name : List.of(WATERMARKS, UNSETTLED)) {
       out.add(
@@ -237,27 +242,34 @@ public final class Settle implements Processor<byte[], JoinInput, byte[], byte[]
     }
   }
 
+  /**
+   * The ts below which a side's records are expired: the records whose ts is smaller than the
+   * returned value, and only those, satisfy {@link #expired}.
+   */
+  private long expiredBelow(Side side) {
+    if (side.left) {
+      if (payments.eventTime == NONE || sales.eventTime == NONE) {
+        return Long.MIN_VALUE;
+      }
+      long time = Math.min(payments.eventTime - PAYMENTS_GRACE_MS, sales.eventTime);
+      return time - WINDOW_MS;
+    }
+    return sales.eventTime == NONE ? Long.MIN_VALUE : sales.eventTime - SALES_GRACE_MS;
+  }
+
   /** Drops what no partner can still match; unmatched sales among them count as unsettled. */
   private void expire(Side side) {
-    if (side.earliest == EMPTY
-        || (side.earliest != NONE && !expired(side, side.earliest))) {
+    long below = expiredBelow(side);
+    boolean none = side.earliest == EMPTY || below <= 0;
+    if (none || (side.earliest != NONE && side.earliest >= below)) {
       return;
     }
     List<KeyValue<Bytes, byte[]>> done = new ArrayList<>();
-    long earliest = EMPTY;
+    Bytes from = Bytes.wrap(timeKey(0, new byte[0]));
     try (KeyValueIterator<Bytes, byte[]> byTime =
-        side.store.prefixScan(Bytes.wrap(new byte[] {BY_TIME}), KEYS)) {
-      while (byTime.hasNext()) {
-        KeyValue<Bytes, byte[]> entry = byTime.next();
-        long ts = ByteBuffer.wrap(entry.key.get(), 1, 8).getLong();
-        if (!expired(side, ts)) {
-          earliest = ts;
-          break;
-        }
-        done.add(entry);
-      }
+        side.store.range(from, Bytes.wrap(timeKey(below, new byte[0])))) {
+      byTime.forEachRemaining(done::add);
     }
-    side.earliest = earliest;
     for (KeyValue<Bytes, byte[]> entry : done) {
       Bytes key = Bytes.wrap(entry.value);
       byte[] raw = side.store.get(key);
@@ -269,6 +281,14 @@ public final class Settle implements Processor<byte[], JoinInput, byte[], byte[]
       }
       side.store.delete(key);
       side.store.delete(entry.key);
+    }
+    side.earliest = NONE;
+    try (KeyValueIterator<Bytes, byte[]> next =
+        side.store.prefixScan(Bytes.wrap(new byte[] {BY_TIME}), KEYS)) {
+      side.earliest = EMPTY;
+      if (next.hasNext()) {
+        side.earliest = ByteBuffer.wrap(next.next().key.get(), 1, 8).getLong();
+      }
     }
   }
 
