@@ -25,13 +25,26 @@ from bench.procs import peak_rss
 
 PROJECT = ROOT / "bench" / "baselines" / "kstreams"
 MAIN_CLASS = "streamstate.kstreams.Main"
-#: The project commits once per batch cycle (one fetch, up to 20,000 records), several
-#: times a second while loaded; Kafka Streams commits on an interval, this one.
-COMMIT_MS = int(os.environ.get("BENCH_KSTREAMS_COMMIT_MS", "100"))
+#: Kafka Streams commits on an interval; the project once per batch cycle. The scenarios
+#: give Kafka Streams the project's mean commit interval of the same run and guarantee
+#: (:func:`commit_interval_ms`); BENCH_KSTREAMS_COMMIT_MS sets one instead.
+COMMIT_MS_SETTING = os.environ.get("BENCH_KSTREAMS_COMMIT_MS")
+#: When the project's interval is not known (its run failed or was too short).
+COMMIT_MS = 1000
 HEAP = os.environ.get("BENCH_KSTREAMS_HEAP", "1g")
 #: More JVM options, e.g. a flight recording: -XX:StartFlightRecording=filename=ks.jfr
 JAVA_OPTIONS = os.environ.get("BENCH_KSTREAMS_JAVA_OPTS", "").split()
 AT_LEAST_ONCE, EXACTLY_ONCE = "at_least_once", "exactly_once_v2"
+
+
+def commit_interval_ms(project_ms: float | None) -> int:
+    """Kafka Streams' commit.interval.ms: BENCH_KSTREAMS_COMMIT_MS if set, else the
+    project's mean commit interval (within 10 ms to 30 s), else :data:`COMMIT_MS`."""
+    if COMMIT_MS_SETTING:
+        return int(COMMIT_MS_SETTING)
+    if project_ms is None:
+        return COMMIT_MS
+    return int(min(30_000, max(10, round(project_ms))))
 
 
 def kafka_version() -> str:

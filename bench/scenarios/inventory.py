@@ -88,10 +88,19 @@ def project_run(kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str) -> 
     return measured
 
 
-def kstreams_run(kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str) -> Measured:
+def kstreams_run(
+    kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str, project: Measured | None
+) -> Measured:
+    """Kafka Streams over the same records, committing as often as the project did."""
     suffix = "" if guarantee == kstreams.AT_LEAST_ONCE else "-eos"
+    commit_ms = kstreams.commit_interval_ms(project.commit_interval_ms if project else None)
     app = kstreams.KStreamsApp(
-        "inventory", kafka.bootstrap, f"bench-kstreams-inventory{suffix}", guarantee, work
+        "inventory",
+        kafka.bootstrap,
+        f"bench-kstreams-inventory{suffix}",
+        guarantee,
+        work,
+        commit_ms,
     )
     measured = runs.run_kstreams(
         app,
@@ -114,18 +123,21 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     preload_s, payments = preload(kafka, events)
     notes: list[str] = []
     ceiling = runs.attempt(notes, "The consume+parse ceiling", lambda: run_ceiling(kafka, work))
-    project = project_run(kafka, sizes, work, AT_LEAST_ONCE)
+    project = runs.attempt(
+        notes, "The project under at_least_once",
+        lambda: project_run(kafka, sizes, work, AT_LEAST_ONCE),
+    )  # fmt: skip
     eos = runs.attempt(
         notes, "The project under exactly_once",
         lambda: project_run(kafka, sizes, work, EXACTLY_ONCE),
     )  # fmt: skip
     ks = runs.attempt(
         notes, "Kafka Streams at_least_once",
-        lambda: kstreams_run(kafka, sizes, work, kstreams.AT_LEAST_ONCE),
+        lambda: kstreams_run(kafka, sizes, work, kstreams.AT_LEAST_ONCE, project),
     )  # fmt: skip
     ks_eos = runs.attempt(
         notes, "Kafka Streams exactly_once_v2",
-        lambda: kstreams_run(kafka, sizes, work, kstreams.EXACTLY_ONCE),
+        lambda: kstreams_run(kafka, sizes, work, kstreams.EXACTLY_ONCE, eos),
     )  # fmt: skip
     notes = [
         f"{events:,} store events (80% sales, one in {UNKNOWN_EVERY} of an unknown sku) over "
@@ -152,12 +164,12 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     ]
     measured = [r for r in (project, eos, ks, ks_eos) if r is not None]
     notes += [n for r in measured if (n := r.unfinished_note("item events")) is not None]
-    notes += [n for n in (runs.commit_note([project, eos]),) if n is not None]
+    notes += [n for n in (runs.commit_note([project, eos, ks, ks_eos]),) if n is not None]
     equal, check_notes, checks = runs.compare_runs([(project, ks), (eos, ks_eos)])
     notes += check_notes
     return Outcome(
         figures={
-            "events_per_s": project.rate,
+            "events_per_s": project.rate if project else None,
             "eos_events_per_s": eos.rate if eos else None,
             "ceiling_consume_parse_events_per_s": ceiling["events_per_s"] if ceiling else None,
             "baseline_kstreams_events_per_s": ks.rate if ks else None,
@@ -170,9 +182,9 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         details={
             "events": events,
             "payments": payments,
-            "finished": project.progress.finished,
-            "series": project.progress.series,
-            "rates": instant_rates(project.progress.series),
+            "finished": project.progress.finished if project else None,
+            "series": project.progress.series if project else [],
+            "rates": instant_rates(project.progress.series) if project else [],
             "ceiling": ceiling,
             "runs": {r.label: r.details() for r in measured},
             "kstreams_check": checks,

@@ -45,6 +45,8 @@ class Measured:
     tables: dict[str, Any] = field(default_factory=dict)
     #: The project's batch cycles (each one commit) during the run, from /metrics.
     cycles: float | None = None
+    #: Kafka Streams' commit.interval.ms in the run.
+    commit_ms: int | None = None
 
     @property
     def rate(self) -> float | None:
@@ -62,7 +64,10 @@ class Measured:
 
     @property
     def commit_interval_ms(self) -> float | None:
-        """The mean time between the project's commits while it processed the records."""
+        """The mean time between commits while the records were processed: the project's
+        from its batch cycles, Kafka Streams' its commit.interval.ms."""
+        if self.commit_ms is not None:
+            return float(self.commit_ms)
         started = [t for t, v in self.progress.source_series if v > 0]
         if not self.cycles or not started or not self.progress.finished:
             return None
@@ -129,9 +134,32 @@ def run_project(
         status, metrics = worker.get("/metrics")
         cycles = metric_value(metrics, "streamstate_batch_cycles") if status == 200 else None
         return Measured(label, progress, worker.peak_rss(), cycles=cycles), worker
+    except RuntimeError as error:
+        worker.stop()
+        raise RuntimeError(
+            f"{error} ({last_error(worker.log_text())}; {worker.log_path})"
+        ) from None
     except BaseException:
         worker.stop()
         raise
+
+
+def last_error(log: str) -> str:
+    """The last ERROR line of a worker log and the exception it ended with, if any."""
+    lines = log.splitlines()
+    errors = [i for i, line in enumerate(lines) if "[ERROR]" in line or "[CRITICAL]" in line]
+    if not errors:
+        return "no error in its log"
+    first = errors[0]
+    raised = next(
+        (
+            line
+            for line in lines[first + 1 : first + 60]
+            if line and not line.startswith((" ", "Traceback"))
+        ),
+        "",
+    )
+    return f"{lines[first].split('] ', 3)[-1].strip()} {raised.strip()}".strip()
 
 
 def reset_project(kafka: BenchKafka, timeout: float = 60.0) -> None:
@@ -168,7 +196,7 @@ def run_kstreams(
     finally:
         app.stop()
     label = f"Kafka Streams ({app.guarantee})"
-    return Measured(label, progress, app.peak_rss_bytes, tables)
+    return Measured(label, progress, app.peak_rss_bytes, tables, commit_ms=app.commit_ms)
 
 
 def attempt(notes: list[str], what: str, step: Callable[[], T]) -> T | None:
@@ -189,7 +217,8 @@ def peak_mib(runs: list[Measured | None]) -> float | None:
 def kstreams_note(what: str) -> str:
     return (
         f"Kafka Streams {kstreams.kafka_version()} (the broker's version) runs {what}; one "
-        f"stream thread, default caching, commit.interval.ms {kstreams.COMMIT_MS}, heap "
+        "stream thread, default caching, commit.interval.ms equal to the project's mean "
+        "commit interval in its run under the same guarantee (below), heap "
         f"{kstreams.HEAP}, its own application id per guarantee. Peak RSS: VmHWM of the "
         "worker's and the JVM's process just before each was stopped, the larger of the "
         "scenario's two runs of each."
@@ -220,15 +249,17 @@ def compare_runs(
 
 
 def commit_note(runs: list[Measured | None]) -> str | None:
-    """How often the project committed in its runs (one commit per batch cycle)."""
+    """How often each run committed: the project once per batch cycle, Kafka Streams on
+    its commit interval."""
     parts = [
-        f"every {r.commit_interval_ms:,.0f} ms {r.label.split('(')[-1].rstrip(')')}"
+        f"{r.label} every {r.commit_interval_ms:,.0f} ms"
         for r in runs
         if r is not None and r.commit_interval_ms is not None
     ]
     if not parts:
         return None
     return (
-        "The project commits once per batch cycle; while it processed the records that was "
-        f"on average {', '.join(parts)} (its /metrics' batch cycles over the run)."
+        "Commits: the project commits once per batch cycle (mean interval from its /metrics' "
+        "batch cycles over the processing time), Kafka Streams every commit.interval.ms: "
+        f"{'; '.join(parts)}."
     )

@@ -99,10 +99,19 @@ def project_run(kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str) -> 
     return measured
 
 
-def kstreams_run(kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str) -> Measured:
+def kstreams_run(
+    kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str, project: Measured | None
+) -> Measured:
+    """Kafka Streams over the same records, committing as often as the project did."""
     suffix = "" if guarantee == kstreams.AT_LEAST_ONCE else "-eos"
+    commit_ms = kstreams.commit_interval_ms(project.commit_interval_ms if project else None)
     app = kstreams.KStreamsApp(
-        "wordcount", kafka.bootstrap, f"bench-kstreams-wordcount{suffix}", guarantee, work
+        "wordcount",
+        kafka.bootstrap,
+        f"bench-kstreams-wordcount{suffix}",
+        guarantee,
+        work,
+        commit_ms,
     )
     return runs.run_kstreams(
         app,
@@ -131,18 +140,21 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         sizes.faust_baseline_s,
     )
     notes: list[str] = []
-    project = project_run(kafka, sizes, work, AT_LEAST_ONCE)
+    project = runs.attempt(
+        notes, "The project under at_least_once",
+        lambda: project_run(kafka, sizes, work, AT_LEAST_ONCE),
+    )  # fmt: skip
     eos = runs.attempt(
         notes, "The project under exactly_once",
         lambda: project_run(kafka, sizes, work, EXACTLY_ONCE),
     )  # fmt: skip
     ks = runs.attempt(
         notes, "Kafka Streams at_least_once",
-        lambda: kstreams_run(kafka, sizes, work, kstreams.AT_LEAST_ONCE),
+        lambda: kstreams_run(kafka, sizes, work, kstreams.AT_LEAST_ONCE, project),
     )  # fmt: skip
     ks_eos = runs.attempt(
         notes, "Kafka Streams exactly_once_v2",
-        lambda: kstreams_run(kafka, sizes, work, kstreams.EXACTLY_ONCE),
+        lambda: kstreams_run(kafka, sizes, work, kstreams.EXACTLY_ONCE, eos),
     )  # fmt: skip
     # Later scenarios on this cluster must not find unprocessed lines.
     asyncio.run(truncate(kafka.bootstrap, [TEXT_LINES, REPARTITION]))
@@ -167,13 +179,13 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     ]
     measured = [r for r in (project, eos, ks, ks_eos) if r is not None]
     notes += [n for r in measured if (n := r.unfinished_note("lines")) is not None]
-    notes += [n for n in (runs.commit_note([project, eos]),) if n is not None]
+    notes += [n for n in (runs.commit_note([project, eos, ks, ks_eos]),) if n is not None]
     pairs = [(project, ks), (eos, ks_eos)]
     equal, check_notes, checks = runs.compare_runs(pairs)
     notes += check_notes
     return Outcome(
         figures={
-            "events_per_s": project.rate,
+            "events_per_s": project.rate if project else None,
             "eos_events_per_s": eos.rate if eos else None,
             "baseline_faust_events_per_s": steady_rate(baseline.series),
             "ceiling_aiokafka_events_per_s": ceiling["events_per_s"],
@@ -186,9 +198,9 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         notes=notes,
         details={
             "lines": lines,
-            "project_finished": project.progress.finished,
-            "project_series": project.progress.series,
-            "project_rates": instant_rates(project.progress.series),
+            "project_finished": project.progress.finished if project else None,
+            "project_series": project.progress.series if project else [],
+            "project_rates": instant_rates(project.progress.series) if project else [],
             "baseline_series": baseline.series,
             "baseline_rates": instant_rates(baseline.series),
             "ceiling": ceiling,

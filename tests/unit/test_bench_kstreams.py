@@ -142,3 +142,47 @@ def test_the_comparison_plot_is_drawn_only_with_a_kafka_streams_figure(tmp_path:
     }
     assert plots.draw({}, tmp_path, figures) == ["kstreams.png"]
     assert (tmp_path / "kstreams.png").stat().st_size > 1000
+
+
+def test_metric_values_are_read_from_the_prometheus_text() -> None:
+    from bench.scenarios.runs import metric_value
+
+    text = (
+        "# HELP streamstate_batch_cycles Batch cycles the engine completed.\n"
+        "# TYPE streamstate_batch_cycles counter\n"
+        "streamstate_batch_cycles_total 42.0\n"
+        'streamstate_events_total{agent="words.split"} 7.0\n'
+    )
+    assert metric_value(text, "streamstate_batch_cycles") == 42.0
+    assert metric_value(text, "streamstate_events") is None
+
+
+def test_the_commit_interval_is_the_processing_window_over_the_cycles() -> None:
+    progress = Progress(100, series=[(0.0, 0.0), (1.0, 50.0), (3.0, 100.0)], finished=True)
+    progress.source_series = [(0.0, 0), (1.0, 60), (3.0, 100)]
+    assert Measured("run", progress, None, cycles=20).commit_interval_ms == pytest.approx(100.0)
+    assert Measured("run", progress, None).commit_interval_ms is None
+
+
+def test_kafka_streams_commits_as_often_as_the_project_did(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kstreams, "COMMIT_MS_SETTING", None)
+    assert kstreams.commit_interval_ms(274.4) == 274
+    assert kstreams.commit_interval_ms(2.0) == 10
+    assert kstreams.commit_interval_ms(120_000.0) == 30_000
+    assert kstreams.commit_interval_ms(None) == kstreams.COMMIT_MS
+    monkeypatch.setattr(kstreams, "COMMIT_MS_SETTING", "5000")
+    assert kstreams.commit_interval_ms(274.4) == 5000
+
+
+def test_the_first_error_of_a_worker_log_names_its_exception() -> None:
+    from bench.scenarios.runs import last_error
+
+    log = (
+        "[2026-11-25 08:18:13,446] [25733] [INFO] task 0 started\n"
+        "[2026-11-25 08:18:15,545] [25733] [ERROR] [^--_Consumer]: Crashed reason=Assert()\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in f\n'
+        "AssertionError\n"
+    )
+    assert last_error(log) == "[^--_Consumer]: Crashed reason=Assert() AssertionError"
+    assert last_error("[INFO] fine\n") == "no error in its log"
