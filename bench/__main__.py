@@ -4,7 +4,8 @@
 
 Full run (``make bench``): about half an hour on 2 cores. ``--quick``: a smoke run of a
 few minutes with small sizes. ``BENCH_SCALE`` (or ``--scale``) multiplies the record
-counts of either.
+counts of either. The word count and inventory scenarios also run the Kafka Streams
+baseline (bench/baselines/kstreams/), which needs ``mvn`` and a JDK 17 to be built.
 """
 
 from __future__ import annotations
