@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import orjson
 
-from bench.kafka import Pair
+from bench.kafka import Pair, Stamped
 from ops.generator import SENTENCES, Catalogue
 
 VOCABULARY_SIZE = 5000
@@ -140,6 +140,13 @@ def payments(
         made.append((ts, (store.encode(), value.encode())))
     made.sort(key=lambda item: item[0])
     return [pair for _, pair in made]
+
+
+def at_event_time(records: Iterable[Pair]) -> Iterator[Stamped]:
+    """JSON records timestamped with their ``ts``, as a producer that stamps each record
+    with the time of its event would write them."""
+    for key, value in records:
+        yield key, value, int(orjson.loads(value)["ts"])
 
 
 def counter_records(keys: int) -> Iterator[Pair]:

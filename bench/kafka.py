@@ -21,6 +21,8 @@ from bench.config import KAFKA_DIR, KAFKA_PORT, PARTITIONS, ROOT
 
 #: (key, value) of one record; key None means "spread round-robin".
 Pair = tuple[bytes | None, bytes]
+#: A record with its own timestamp (epoch ms).
+Stamped = tuple[bytes | None, bytes, int]
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,12 @@ async def create_topic(bootstrap: str, name: str, config: dict[str, str]) -> Non
 async def produce(
     bootstrap: str,
     topic: str,
-    records: Iterable[Pair],
+    records: Iterable[Pair] | Iterable[Stamped],
     timestamp_ms: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Write records in whole batches per partition (keyed ones by murmur2, like Java).
+    """Write records in whole batches per partition (keyed ones by murmur2, like Java),
+    timestamped ``timestamp_ms`` (None: now) unless a record carries its own.
 
     Batches built by hand go several times faster than one ``send`` per record, which
     keeps the preloading of millions of records short.
@@ -99,14 +102,15 @@ async def produce(
     pending: list[asyncio.Future[Any]] = []
     sent = 0
     try:
-        for key, value in records:
+        for key, value, *stamp in records:
+            timestamp = stamp[0] if stamp else timestamp_ms
             partition = sent % PARTITIONS if key is None else partition_for(key, PARTITIONS)
             batch = batches.get(partition) or producer.create_batch()
             batches[partition] = batch
-            if batch.append(key=key, value=value, timestamp=timestamp_ms) is None:
+            if batch.append(key=key, value=value, timestamp=timestamp) is None:
                 pending.append(await producer.send_batch(batch, topic, partition=partition))
                 batch = batches[partition] = producer.create_batch()
-                batch.append(key=key, value=value, timestamp=timestamp_ms)
+                batch.append(key=key, value=value, timestamp=timestamp)
             sent += 1
             if len(pending) > 64:
                 await asyncio.gather(*pending)

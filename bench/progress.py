@@ -56,11 +56,14 @@ async def watch_group(
     alive: Callable[[], bool] = lambda: True,
     startup_s: float = 180.0,
     topic_groups: dict[str, str] | None = None,
+    inputs: tuple[str, ...] = (),
 ) -> Progress:
     """Poll the group's committed offsets until all ``total`` records of ``source`` are
     committed and the group has consumed every record of the ``downstream`` topics, or
     ``max_s`` seconds passed since the group first committed progress (which may take up
-    to ``startup_s``). ``topic_groups``: topics that another group commits.
+    to ``startup_s``). ``topic_groups``: topics that another group commits. ``inputs``:
+    other source topics (the payments of the inventory): they must be consumed too before
+    the run is finished, but do not scale the count of processed ``source`` records.
 
     End offsets are last stable offsets; a downstream partition whose committed offset
     stops short of its end only by transaction markers counts as consumed
@@ -72,7 +75,7 @@ async def watch_group(
     async with OffsetWatch(bootstrap, group, topic_groups) as watch:
         while True:
             offsets = await watch.committed_offsets()
-            end_offsets = await watch.end_offsets([source, *downstream])
+            end_offsets = await watch.end_offsets([source, *downstream, *inputs])
             committed, ends = totals(offsets), totals(end_offsets)
             now = time.monotonic()
             done = processed(committed, ends, source, downstream)

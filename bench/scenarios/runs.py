@@ -101,17 +101,36 @@ class Measured:
         )
 
 
+@dataclass(frozen=True)
+class Topics:
+    """What a run reads: the measured source topic, the repartition topics its records go
+    through (a record is processed once through them), and other source topics that must
+    be consumed too."""
+
+    source: str
+    downstream: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
+
+
 def watch(
     kafka: BenchKafka,
     group: str,
-    source: str,
-    downstream: list[str],
+    topics: Topics,
     total: int,
     max_s: float,
     alive: Callable[[], bool],
 ) -> Progress:
     return asyncio.run(
-        watch_group(kafka.bootstrap, group, source, downstream, total, max_s, alive=alive)
+        watch_group(
+            kafka.bootstrap,
+            group,
+            topics.source,
+            list(topics.downstream),
+            total,
+            max_s,
+            alive=alive,
+            inputs=topics.inputs,
+        )
     )
 
 
@@ -120,8 +139,7 @@ def run_project(
     directory: Path,
     label: str,
     guarantee: str,
-    source: str,
-    downstream: list[str],
+    topics: Topics,
     total: int,
     max_s: float,
 ) -> tuple[Measured, Worker]:
@@ -130,7 +148,7 @@ def run_project(
     env = {"TABLE_STANDBY_REPLICAS": "0", "PROCESSING_GUARANTEE": guarantee}
     worker = Worker(kafka.broker_url, directory, env=env).start()
     try:
-        progress = watch(kafka, PROJECT_GROUP, source, downstream, total, max_s, worker.alive)
+        progress = watch(kafka, PROJECT_GROUP, topics, total, max_s, worker.alive)
         status, metrics = worker.get("/metrics")
         cycles = metric_value(metrics, "streamstate_batch_cycles") if status == 200 else None
         return Measured(label, progress, worker.peak_rss(), cycles=cycles), worker
@@ -183,15 +201,14 @@ def reset_project(kafka: BenchKafka, timeout: float = 60.0) -> None:
 def run_kstreams(
     app: KStreamsApp,
     kafka: BenchKafka,
-    source: str,
-    downstream: list[str],
+    topics: Topics,
     total: int,
     max_s: float,
 ) -> Measured:
     """One Kafka Streams application until everything is processed, then its tables."""
     app.start()
     try:
-        progress = watch(kafka, app.group, source, downstream, total, max_s, app.alive)
+        progress = watch(kafka, app.group, topics, total, max_s, app.alive)
         tables = app.dump() if progress.finished else {}
     finally:
         app.stop()

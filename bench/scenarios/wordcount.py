@@ -87,8 +87,7 @@ def project_run(kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str) -> 
         work / f"project-{guarantee}",
         label,
         guarantee,
-        TEXT_LINES,
-        [REPARTITION],
+        runs.Topics(TEXT_LINES, (REPARTITION,)),
         sizes.wordcount_lines,
         sizes.wordcount_max_s,
     )
@@ -116,8 +115,7 @@ def kstreams_run(
     return runs.run_kstreams(
         app,
         kafka,
-        TEXT_LINES,
-        [app.repartition_topic("words")],
+        runs.Topics(TEXT_LINES, (app.repartition_topic("words"),)),
         sizes.wordcount_lines,
         sizes.wordcount_max_s,
     )

@@ -186,3 +186,10 @@ def test_the_first_error_of_a_worker_log_names_its_exception() -> None:
     )
     assert last_error(log) == "[^--_Consumer]: Crashed reason=Assert() AssertionError"
     assert last_error("[INFO] fine\n") == "no error in its log"
+
+
+def test_records_are_stamped_with_their_event_time() -> None:
+    clock = data.EventTime(start_ms=5_000, span_ms=1_000, count=10)
+    stamped = list(data.at_event_time(data.item_events(3, clock=clock)))
+    assert [ts for _k, _v, ts in stamped] == [5_000, 5_100, 5_200]
+    assert stamped[0][0] == orjson.loads(stamped[0][1])["store_id"].encode()
