@@ -27,7 +27,7 @@ import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
  * <pre>
  * java -cp ... streamstate.kstreams.Main --topology wordcount|inventory --bootstrap HOST:PORT
  *     --application-id ID --guarantee at_least_once|exactly_once_v2 --commit-ms N
- *     --state-dir DIR [--partitions 8]
+ *     --state-dir DIR [--partitions 8] [--config name=value,...]
  * </pre>
  *
  * <p>One stream thread, default caching. The sink topics are created first (a broker with
@@ -56,6 +56,12 @@ public final class Main {
     config.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
     config.put(StreamsConfig.STATE_DIR_CONFIG, options.get("state-dir"));
     config.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+    for (String setting : options.getOrDefault("config", "").split(",")) {
+      if (!setting.isBlank()) {
+        String[] pair = setting.split("=", 2);
+        config.put(pair[0].trim(), pair[1].trim());
+      }
+    }
     KafkaStreams streams = new KafkaStreams(built, config);
     streams.setStateListener((now, before) -> System.out.println("state " + now));
     streams.setUncaughtExceptionHandler(

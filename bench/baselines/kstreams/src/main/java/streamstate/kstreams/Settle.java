@@ -3,9 +3,12 @@ package streamstate.kstreams;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import org.apache.kafka.common.serialization.Serdes;
-import org.apache.kafka.common.serialization.Serializer;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.processor.api.Processor;
@@ -30,6 +33,10 @@ import org.apache.kafka.streams.state.Stores;
  * in {@code unsettled-sales} once event time on both sides has passed {@code sale.ts + 10
  * min}; payments are dropped once sales' event time is 10 minutes past them. Settled pairs go
  * to the settled-sales topic as {"sale": ..., "payment": ...}.
+ *
+ * <p>Each side's buffer holds, under its join key, the records of that key (read with one
+ * point lookup, never a scan, which would step over the deletion markers of expired keys),
+ * and a time index for expiry.
  */
 public final class Settle implements Processor<byte[], JoinInput, byte[], byte[]> {
   public static final String SALES = "settling-sales";
@@ -42,7 +49,8 @@ public final class Settle implements Processor<byte[], JoinInput, byte[], byte[]
 
   private static final byte RECORD = 'k';
   private static final byte BY_TIME = 't';
-  private static final Serializer<Bytes> KEYS = Serdes.Bytes().serializer();
+  /** A source record's position: partition (4 bytes), offset (8). */
+  private static final int SEQ_BYTES = 12;
   private static final long NONE = Long.MIN_VALUE;
   /** The earliest ts of an empty buffer. */
   private static final long EMPTY = Long.MAX_VALUE;
@@ -82,6 +90,11 @@ public final class Settle implements Processor<byte[], JoinInput, byte[], byte[]
     long eventTime = NONE;
     /** The smallest buffered ts (a lower bound), EMPTY, or NONE when not known. */
     long earliest = NONE;
+    /**
+     * Every time key below this ts is deleted: scans start here, not at the deletion markers
+     * that RocksDB keeps until a compaction, which a seek would otherwise step over each time.
+     */
+    long floor = 0;
 
     Side(boolean left) {
       this.left = left;
@@ -175,13 +188,15 @@ public final class Settle implements Processor<byte[], JoinInput, byte[], byte[]
 
   /** Emits every pair the arrived record forms with the other side's buffer. */
   private Buffered match(boolean left, byte[] joinKey, Buffered arrived, Side other) {
-    List<KeyValue<Bytes, byte[]>> partners = new ArrayList<>();
-    try (KeyValueIterator<Bytes, byte[]> found =
-        other.store.prefixScan(Bytes.wrap(recordPrefix(joinKey)), KEYS)) {
-      found.forEachRemaining(partners::add);
+    Bytes key = Bytes.wrap(recordPrefix(joinKey));
+    byte[] raw = other.store.get(key);
+    if (raw == null) {
+      return arrived;
     }
-    for (KeyValue<Bytes, byte[]> partner : partners) {
-      Buffered buffered = Buffered.decode(partner.value);
+    Map<Bytes, Buffered> partners = bucket(raw);
+    boolean changed = false;
+    for (Map.Entry<Bytes, Buffered> partner : partners.entrySet()) {
+      Buffered buffered = partner.getValue();
       Buffered sale = left ? arrived : buffered;
       Buffered payment = left ? buffered : arrived;
       if (!matches(sale, payment)) {
@@ -191,10 +206,48 @@ public final class Settle implements Processor<byte[], JoinInput, byte[], byte[]
       if (left) {
         arrived = arrived.matched();
       } else if (!buffered.matched) {
-        other.store.put(partner.key, buffered.matched().encode());
+        partner.setValue(buffered.matched());
+        changed = true;
       }
     }
+    if (changed) {
+      other.store.put(key, encode(partners));
+    }
     return arrived;
+  }
+
+  /** The buffered records of one join key, by the position of their source record. */
+  static Map<Bytes, Buffered> bucket(byte[] raw) {
+    Map<Bytes, Buffered> out = new LinkedHashMap<>();
+    if (raw == null) {
+      return out;
+    }
+    ByteBuffer in = ByteBuffer.wrap(raw);
+    for (int n = in.getInt(); n > 0; n--) {
+      byte[] seq = new byte[SEQ_BYTES];
+      in.get(seq);
+      byte[] entry = new byte[in.getInt()];
+      in.get(entry);
+      out.put(Bytes.wrap(seq), Buffered.decode(entry));
+    }
+    return out;
+  }
+
+  static byte[] encode(Map<Bytes, Buffered> bucket) {
+    List<byte[]> entries = new ArrayList<>();
+    int size = 4;
+    for (Buffered record : bucket.values()) {
+      byte[] entry = record.encode();
+      entries.add(entry);
+      size += SEQ_BYTES + 4 + entry.length;
+    }
+    ByteBuffer out = ByteBuffer.allocate(size).putInt(bucket.size());
+    int i = 0;
+    for (Bytes seq : bucket.keySet()) {
+      byte[] entry = entries.get(i++);
+      out.put(seq.get()).putInt(entry.length).put(entry);
+    }
+    return out.array();
   }
 
   static boolean matches(Buffered sale, Buffered payment) {
@@ -231,11 +284,12 @@ public final class Settle implements Processor<byte[], JoinInput, byte[], byte[]
       }
       return;
     }
-    Bytes key = Bytes.wrap(concat(recordPrefix(joinKey), seq));
-    if (side.store.get(key) != null) {
+    Bytes key = Bytes.wrap(recordPrefix(joinKey));
+    Map<Bytes, Buffered> bucket = bucket(side.store.get(key));
+    if (bucket.putIfAbsent(Bytes.wrap(seq), record) != null) {
       return; // processed before (the record was read again after a failure)
     }
-    side.store.put(key, record.encode());
+    side.store.put(key, encode(bucket));
     side.store.put(Bytes.wrap(timeKey(record.ts, seq)), key.get());
     if (side.earliest != NONE) {
       side.earliest = Math.min(side.earliest, record.ts);
@@ -265,26 +319,32 @@ public final class Settle implements Processor<byte[], JoinInput, byte[], byte[]
       return;
     }
     List<KeyValue<Bytes, byte[]>> done = new ArrayList<>();
-    Bytes from = Bytes.wrap(timeKey(0, new byte[0]));
-    try (KeyValueIterator<Bytes, byte[]> byTime =
-        side.store.range(from, Bytes.wrap(timeKey(below, new byte[0])))) {
+    Bytes from = Bytes.wrap(timeKey(side.floor, new byte[0]));
+    Bytes to = Bytes.wrap(timeKey(below, new byte[0]));
+    try (KeyValueIterator<Bytes, byte[]> byTime = side.store.range(from, to)) {
       byTime.forEachRemaining(done::add);
     }
+    Map<Bytes, Map<Bytes, Buffered>> touched = new HashMap<>();
     for (KeyValue<Bytes, byte[]> entry : done) {
-      Bytes key = Bytes.wrap(entry.value);
-      byte[] raw = side.store.get(key);
-      if (raw != null && side.left) {
-        Buffered sale = Buffered.decode(raw);
-        if (!sale.matched) {
-          countUnsettled(sale.storeId);
-        }
+      Map<Bytes, Buffered> bucket =
+          touched.computeIfAbsent(Bytes.wrap(entry.value), key -> bucket(side.store.get(key)));
+      byte[] timeKey = entry.key.get();
+      Buffered gone = bucket.remove(Bytes.wrap(Arrays.copyOfRange(timeKey, 9, timeKey.length)));
+      if (gone != null && side.left && !gone.matched) {
+        countUnsettled(gone.storeId);
       }
-      side.store.delete(key);
       side.store.delete(entry.key);
     }
-    side.earliest = NONE;
-    try (KeyValueIterator<Bytes, byte[]> next =
-        side.store.prefixScan(Bytes.wrap(new byte[] {BY_TIME}), KEYS)) {
+    for (Map.Entry<Bytes, Map<Bytes, Buffered>> bucket : touched.entrySet()) {
+      if (bucket.getValue().isEmpty()) {
+        side.store.delete(bucket.getKey());
+      } else {
+        side.store.put(bucket.getKey(), encode(bucket.getValue()));
+      }
+    }
+    side.floor = Math.max(side.floor, below);
+    Bytes end = Bytes.wrap(timeKey(Long.MAX_VALUE, new byte[0]));
+    try (KeyValueIterator<Bytes, byte[]> next = side.store.range(to, end)) {
       side.earliest = EMPTY;
       if (next.hasNext()) {
         side.earliest = ByteBuffer.wrap(next.next().key.get(), 1, 8).getLong();
@@ -316,12 +376,5 @@ public final class Settle implements Processor<byte[], JoinInput, byte[], byte[]
 
   private static byte[] timeKey(long ts, byte[] seq) {
     return ByteBuffer.allocate(1 + 8 + seq.length).put(BY_TIME).putLong(ts).put(seq).array();
-  }
-
-  private static byte[] concat(byte[] a, byte[] b) {
-    byte[] out = new byte[a.length + b.length];
-    System.arraycopy(a, 0, out, 0, a.length);
-    System.arraycopy(b, 0, out, a.length, b.length);
-    return out;
   }
 }
