@@ -35,7 +35,8 @@ class SettleTest {
     Settle.Buffered sale = new Settle.Buffered(0, 0, false, "s", "{}");
     assertTrue(Settle.matches(sale, new Settle.Buffered(10 * minute, 0, false, "s", "{}")));
     assertFalse(Settle.matches(sale, new Settle.Buffered(11 * minute, 0, false, "s", "{}")));
-    assertFalse(Settle.matches(sale, new Settle.Buffered(5 * minute, 11 * minute, false, "p", "{}")));
+    Settle.Buffered late = new Settle.Buffered(5 * minute, 11 * minute, false, "p", "{}");
+    assertFalse(Settle.matches(sale, late));
     Settle.Buffered lateSale = new Settle.Buffered(0, 21 * minute, false, "s", "{}");
     assertFalse(Settle.matches(lateSale, new Settle.Buffered(0, 0, false, "s", "{}")));
     Settle.Buffered atTheEdge = new Settle.Buffered(10 * minute, 10 * minute, false, "s", "{}");
