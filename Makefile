@@ -10,7 +10,7 @@ KAFKA_BROKERS ?= 1
 export KAFKA_PORT KAFKA_BROKERS
 
 .PHONY: install run test test-unit test-integration test-batch lint kafka-up kafka-down \
-        kafka-jars spark-jars executor-env nightly bench chaos clean tools
+        kafka-jars spark-jars executor-env nightly bench chaos clean tools kstreams-test
 
 install: $(STAMP)
 
@@ -51,7 +51,15 @@ tools:
 
 test: install kafka-jars spark-jars tools
 	$(MAKE) lint
+	$(if $(shell command -v mvn 2>/dev/null),$(MAKE) kstreams-test,@echo "mvn not on PATH: the Kafka Streams baseline's tests are skipped")
 	$(VENV)/bin/pytest
+
+# The Kafka Streams baseline of the benchmarks (bench/baselines/kstreams/): its topologies'
+# TopologyTestDriver tests, against kafka-streams of the broker's version.
+KAFKA_VERSION = $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' ops/kafka/pom.xml)
+kstreams-test:
+	mvn -B -ntp -Dstyle.color=never -f bench/baselines/kstreams/pom.xml \
+	    -Dkafka.version=$(KAFKA_VERSION) test
 
 test-unit: install
 	$(VENV)/bin/pytest tests/unit

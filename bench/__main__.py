@@ -4,7 +4,8 @@
 
 Full run (``make bench``): about half an hour on 2 cores. ``--quick``: a smoke run of a
 few minutes with small sizes. ``BENCH_SCALE`` (or ``--scale``) multiplies the record
-counts of either.
+counts of either. The word count and inventory scenarios also run the Kafka Streams
+baseline (bench/baselines/kstreams/), which needs ``mvn`` and a JDK 17 to be built.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def main() -> None:
     machine.finish(facts, time.monotonic() - run.started)
     summary = report.summary(facts, run.figures)
     args.out.mkdir(parents=True, exist_ok=True)
-    made = plots.draw(run.details, args.out)
+    made = plots.draw(run.details, args.out, run.figures)
     report.write(args.out, summary, run.notes, run.details, made)
     run.say(f"wrote {args.out}/summary.json, summary.md, {', '.join(made)}")
     print(report.table(summary))

@@ -19,6 +19,23 @@ from typing import Any
 from bench.config import PARTITIONS, ROOT
 
 
+def peak_rss_from_status(status: str) -> int | None:
+    """The peak resident set size in bytes (``VmHWM``) of a ``/proc/<pid>/status`` text."""
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            value, unit = line.split()[1:3]
+            return int(value) * {"kB": 1024, "mB": 1024**2, "gB": 1024**3}[unit]
+    return None
+
+
+def peak_rss(pid: int) -> int | None:
+    """The peak resident set size in bytes of a running process, or None if unknown."""
+    try:
+        return peak_rss_from_status(Path(f"/proc/{pid}/status").read_text())
+    except OSError:
+        return None
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -81,6 +98,10 @@ class Worker:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def peak_rss(self) -> int | None:
+        """The process's peak resident set size so far, in bytes."""
+        return peak_rss(self.process.pid) if self.alive() and self.process else None
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, Any]:
         return http_get(self.url + path, timeout)

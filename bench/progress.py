@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.kafka import OffsetWatch
+from bench.kafka import OffsetWatch, totals
 
 
 @dataclass
@@ -56,17 +56,27 @@ async def watch_group(
     alive: Callable[[], bool] = lambda: True,
     startup_s: float = 180.0,
     topic_groups: dict[str, str] | None = None,
+    inputs: tuple[str, ...] = (),
 ) -> Progress:
-    """Poll the group's committed offsets until all ``total`` records are processed or
-    ``max_s`` seconds passed since the group first committed progress (which may take
-    up to ``startup_s``). ``topic_groups``: topics that another group commits."""
+    """Poll the group's committed offsets until all ``total`` records of ``source`` are
+    committed and the group has consumed every record of the ``downstream`` topics, or
+    ``max_s`` seconds passed since the group first committed progress (which may take up
+    to ``startup_s``). ``topic_groups``: topics that another group commits. ``inputs``:
+    other source topics (the payments of the inventory): they must be consumed too before
+    the run is finished, but do not scale the count of processed ``source`` records.
+
+    End offsets are last stable offsets; a downstream partition whose committed offset
+    stops short of its end only by transaction markers counts as consumed
+    (:meth:`OffsetWatch.caught_up`), so a run under exactly-once finishes too.
+    """
     progress = Progress(total)
     started = time.monotonic()
     first_progress: float | None = None
     async with OffsetWatch(bootstrap, group, topic_groups) as watch:
         while True:
-            committed = await watch.committed()
-            ends = await watch.ends([source, *downstream])
+            offsets = await watch.committed_offsets()
+            end_offsets = await watch.end_offsets([source, *downstream, *inputs])
+            committed, ends = totals(offsets), totals(end_offsets)
             now = time.monotonic()
             done = processed(committed, ends, source, downstream)
             progress.committed, progress.ends = committed, ends
@@ -74,9 +84,9 @@ async def watch_group(
             progress.source_series.append((now - started, committed.get(source, 0)))
             if done > 0 and first_progress is None:
                 first_progress = now
-            settled = all(committed.get(t, 0) >= ends.get(t, 0) for t in downstream)
-            if committed.get(source, 0) >= total and settled:
+            if committed.get(source, 0) >= total and await watch.caught_up(offsets, end_offsets):
                 progress.finished = True
+                progress.series[-1] = (now - started, float(total))
                 break
             if first_progress is not None and now - first_progress > max_s:
                 break

@@ -10,9 +10,27 @@ from typing import Any
 import orjson
 
 #: The sections and keys of summary.json, in order (the issue's schema).
+KSTREAMS = (
+    "baseline_kstreams_events_per_s",
+    "baseline_kstreams_eos_events_per_s",
+    "peak_rss_mib",
+    "baseline_kstreams_peak_rss_mib",
+    "kstreams_tables_equal",
+)
 SCHEMA: dict[str, tuple[str, ...]] = {
-    "wordcount": ("events_per_s", "baseline_faust_events_per_s", "ceiling_aiokafka_events_per_s"),
-    "inventory": ("events_per_s",),
+    "wordcount": (
+        "events_per_s",
+        "eos_events_per_s",
+        "baseline_faust_events_per_s",
+        "ceiling_aiokafka_events_per_s",
+        *KSTREAMS,
+    ),
+    "inventory": (
+        "events_per_s",
+        "eos_events_per_s",
+        "ceiling_consume_parse_events_per_s",
+        *KSTREAMS,
+    ),
     "iq": ("local_rps", "local_p99_ms", "routed_rps", "routed_p99_ms"),
     "consistency": (
         "ryw_p50_ms",
@@ -22,7 +40,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "plain_read_rps",
         "token_read_rps",
     ),
-    "restore": ("records_per_s", "restart_ready_s", "keys"),
+    "restore": ("records_per_s", "restart_ready_s", "keys", "peak_rss_mib"),
     "failover": ("seconds_to_active", "failed_reads"),
     "batch": ("recompute_s", "cluster_recompute_s", "scan_s", "events"),
 }
@@ -39,18 +57,47 @@ class Row:
     #: The figure this one is divided by (same section), or None to divide by ``target``.
     base: str | None = None
     target: float | None = None
-    #: ">=": the ratio (or value) must reach the target; "<=": must not exceed it.
+    #: ">=": the ratio (or value) must reach the target; "<=": must not exceed it; "yes":
+    #: a check that must hold.
     direction: str = ">="
 
 
 FAUST, CEILING = "baseline_faust_events_per_s", "ceiling_aiokafka_events_per_s"
+PARSE_CEILING = "ceiling_consume_parse_events_per_s"
+KS, KS_EOS = "baseline_kstreams_events_per_s", "baseline_kstreams_eos_events_per_s"
+EOS = "eos_events_per_s"
+
+
+def kstreams_rows(section: str, unit: str, ratio: float) -> tuple[Row, ...]:
+    """The rows that hold a scenario against Kafka Streams in the same run."""
+    return (
+        Row(section, "events_per_s", "vs Kafka Streams (at_least_once)", "", KS, ratio),
+        Row(section, EOS, "exactly_once vs Kafka Streams (exactly_once_v2)", "", KS_EOS, ratio),
+        Row(section, KS, "Kafka Streams, at_least_once", unit),
+        Row(section, KS_EOS, "Kafka Streams, exactly_once_v2", unit),
+        Row(section, "peak_rss_mib", "peak RSS, project worker", "MiB"),
+        Row(section, "baseline_kstreams_peak_rss_mib", "peak RSS, Kafka Streams JVM", "MiB"),
+        Row(
+            section, "kstreams_tables_equal", "tables equal to Kafka Streams'", "", None, 1.0, "yes"
+        ),
+    )
+
+
 ROWS = (
     Row("wordcount", "events_per_s", "word count, project worker", "lines/s"),
+    Row("wordcount", EOS, "word count, project worker, exactly_once", "lines/s"),
     Row("wordcount", "events_per_s", "vs the faust baseline", "", FAUST, 5.0),
-    Row("wordcount", "events_per_s", "vs the aiokafka ceiling", "", CEILING, 0.5),
+    Row("wordcount", "events_per_s", "vs the aiokafka ceiling", "", CEILING, 0.55),
+    Row("wordcount", EOS, "exactly_once vs the aiokafka ceiling", "", CEILING, 0.55),
     Row("wordcount", "baseline_faust_events_per_s", "word count, faust baseline", "lines/s"),
     Row("wordcount", "ceiling_aiokafka_events_per_s", "word count, aiokafka ceiling", "lines/s"),
-    Row("inventory", "events_per_s", "inventory, project worker", "events/s"),
+    *kstreams_rows("wordcount", "lines/s", 3.0),
+    Row("inventory", "events_per_s", "inventory, project worker", "events/s", None, 25_000.0),
+    Row("inventory", EOS, "inventory, project worker, exactly_once", "events/s"),
+    Row("inventory", EOS, "exactly_once vs at_least_once", "", "events_per_s", 0.7),
+    Row("inventory", "events_per_s", "vs the consume+parse ceiling", "", PARSE_CEILING, 0.15),
+    Row("inventory", PARSE_CEILING, "inventory, consume+parse ceiling", "events/s"),
+    *kstreams_rows("inventory", "events/s", 1.0),
     Row("iq", "local_rps", "key reads, local", "req/s", None, 3000.0),
     Row("iq", "local_p99_ms", "key reads, local p99", "ms", None, 20.0, "<="),
     Row("iq", "routed_rps", "key reads, routed", "req/s", None, 1000.0),
@@ -71,7 +118,8 @@ ROWS = (
     Row("restore", "records_per_s", "full restore", "records/s", None, 150_000.0),
     Row("restore", "restart_ready_s", "restart to ready, data dir intact", "s", None, 3.0, "<="),
     Row("restore", "keys", "restored table", "keys"),
-    Row("failover", "seconds_to_active", "kill -9 to all keys active", "s"),
+    Row("restore", "peak_rss_mib", "peak RSS, worker holding it", "MiB", None, 1024.0, "<="),
+    Row("failover", "seconds_to_active", "kill -9 to all keys active", "s", None, 5.0, "<="),
     Row("failover", "failed_reads", "failed reads meanwhile", "reads"),
     Row("batch", "recompute_s", "nightly recompute", "s"),
     Row("batch", "recompute_s", "vs a bare Spark count", "", "scan_s", 2.0, "<="),
@@ -93,6 +141,8 @@ def summary(machine: dict[str, Any], figures: Mapping[str, Mapping[str, Any]]) -
 def fmt(value: Any) -> str:
     if value is None:
         return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         if abs(value) >= 100:
             return f"{value:,.0f}"
@@ -107,6 +157,8 @@ def judge(row: Row, section: Mapping[str, Any]) -> tuple[str, str, str]:
     value = section.get(row.key)
     if row.target is None:
         return "", "", ""
+    if row.direction == "yes":
+        return "yes", "", "n/a" if value is None else ("yes" if value else "**no**")
     op = "≥" if row.direction == ">=" else "≤"
     if row.base is not None:
         base = section.get(row.base)

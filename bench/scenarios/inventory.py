@@ -1,5 +1,7 @@
-"""Inventory: store events through one project worker (stock per store, the sales feed
-into sales_by_category and the settling join), measured from committed offsets."""
+"""Inventory: store events and payments through the project's worker (stock per store,
+sales per category and hour, the settling join) under both guarantees, beside Kafka
+Streams under both and the bare consume+parse ceiling, all over the same preloaded
+records, with a check that Kafka Streams' tables equal the project's."""
 
 from __future__ import annotations
 
@@ -7,63 +9,184 @@ import asyncio
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
-from bench import data
+import orjson
+
+from bench import data, kstreams
 from bench.config import Sizes
 from bench.kafka import BenchKafka, create_project_topics, produce
-from bench.procs import Worker
-from bench.progress import watch_group
-from bench.scenarios import Outcome
-from bench.stats import instant_rates, steady_rate
+from bench.procs import run_module
+from bench.scenarios import Outcome, runs
+from bench.scenarios.runs import Measured
+from bench.stats import instant_rates
+from bench.tables import project_tables, settled_pairs
+from core.topics import ITEM_EVENTS, PAYMENTS, PRODUCTS, SETTLED_SALES
 
-ITEM_EVENTS = "item-events"
 SALES_REPARTITION = "streamstate-sales_by_category-repartition"
+TABLES = ("inventory", "sales_by_category", "unsettled_sales")
+AT_LEAST_ONCE, EXACTLY_ONCE = "at_least_once", "exactly_once"
+HOUR_MS = 3_600_000
+#: Event time of the preloaded events: two hours, ending ten minutes ago.
+SPAN_MS = 2 * HOUR_MS
+#: One event in this many names a sku in no catalogue (category "unknown").
+UNKNOWN_EVERY = 100
+DAY_MS = 24 * HOUR_MS
+
+
+def preload(kafka: BenchKafka, events: int) -> tuple[float, int]:
+    """The catalogue (a second version of one product in ten, half-way through the
+    events' time), the store events and their payments; (seconds, payments)."""
+    started = time.monotonic()
+    clock = data.EventTime(int(time.time() * 1000) - SPAN_MS - 600_000, SPAN_MS, events)
+    asyncio.run(create_project_topics(kafka.bootstrap))
+    catalogue = data.catalogue()
+    first, second = clock.start_ms - DAY_MS, clock.start_ms + SPAN_MS // 2
+    asyncio.run(produce(kafka.bootstrap, PRODUCTS, data.product_records(catalogue), first))
+    asyncio.run(produce(kafka.bootstrap, PRODUCTS, data.recategorised(catalogue), second))
+    items = data.item_events(events, clock=clock, unknown_every=UNKNOWN_EVERY)
+    asyncio.run(produce(kafka.bootstrap, ITEM_EVENTS, data.at_event_time(items)))
+    payments = data.payments(events, clock, unknown_every=UNKNOWN_EVERY)
+    asyncio.run(produce(kafka.bootstrap, PAYMENTS, data.at_event_time(payments)))
+    return time.monotonic() - started, len(payments)
+
+
+def run_ceiling(kafka: BenchKafka, work: Path) -> dict[str, Any]:
+    status, out, _ = run_module(
+        "bench.baselines.aiokafka_parse",
+        ["--bootstrap", kafka.bootstrap, "--topic", ITEM_EVENTS],
+        timeout=900,
+        log=work / "ceiling.log",
+    )
+    if status != 0:
+        raise RuntimeError(f"consume+parse ceiling exited {status}; see {work / 'ceiling.log'}")
+    result: dict[str, Any] = orjson.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def project_run(kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str) -> Measured:
+    """The project's worker over the events, from a clean state, then its tables and
+    settled pairs."""
+    runs.reset_project(kafka)
+    measured, worker = runs.run_project(
+        kafka,
+        work / f"project-{guarantee}",
+        f"the project worker ({guarantee})",
+        guarantee,
+        runs.Topics(ITEM_EVENTS, (SALES_REPARTITION,), (PAYMENTS,)),
+        sizes.inventory_events,
+        sizes.inventory_max_s,
+    )
+    try:
+        if measured.progress.finished:
+            measured.tables = asyncio.run(project_tables(kafka.bootstrap, TABLES))
+            pairs = asyncio.run(settled_pairs(kafka.bootstrap, SETTLED_SALES))
+            measured.tables["settled_sales"] = dict(pairs)
+    finally:
+        worker.stop()
+    return measured
+
+
+def kstreams_run(
+    kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str, project: Measured | None
+) -> Measured:
+    """Kafka Streams over the same records, committing as often as the project did."""
+    suffix = "" if guarantee == kstreams.AT_LEAST_ONCE else "-eos"
+    commit_ms = kstreams.commit_interval_ms(project.commit_interval_ms if project else None)
+    app = kstreams.KStreamsApp(
+        "inventory",
+        kafka.bootstrap,
+        f"bench-kstreams-inventory{suffix}",
+        guarantee,
+        work,
+        commit_ms,
+    )
+    measured = runs.run_kstreams(
+        app,
+        kafka,
+        runs.Topics(ITEM_EVENTS, (app.repartition_topic("sales"),), (PAYMENTS,)),
+        sizes.inventory_events,
+        sizes.inventory_max_s,
+    )
+    if measured.tables:
+        topic = f"{app.application_id}-settled-sales"
+        measured.tables["settled_sales"] = dict(asyncio.run(settled_pairs(kafka.bootstrap, topic)))
+    return measured
 
 
 def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     events = sizes.inventory_events
-    started = time.monotonic()
-    asyncio.run(create_project_topics(kafka.bootstrap))
-    asyncio.run(produce(kafka.bootstrap, "products", data.product_records(data.catalogue())))
-    asyncio.run(produce(kafka.bootstrap, ITEM_EVENTS, data.item_events(events)))
-    preload_s = time.monotonic() - started
-    worker = Worker(kafka.broker_url, work / "project", env={"TABLE_STANDBY_REPLICAS": "0"})
-    worker.start()
-    try:
-        progress = asyncio.run(
-            watch_group(
-                kafka.bootstrap,
-                "streamstate",
-                ITEM_EVENTS,
-                [SALES_REPARTITION],
-                events,
-                sizes.inventory_max_s,
-                alive=worker.alive,
-            )
-        )
-    finally:
-        worker.stop()
+    preload_s, payments = preload(kafka, events)
+    notes: list[str] = []
+    ceiling = runs.attempt(notes, "The consume+parse ceiling", lambda: run_ceiling(kafka, work))
+    project = runs.attempt(
+        notes, "The project under at_least_once",
+        lambda: project_run(kafka, sizes, work, AT_LEAST_ONCE),
+    )  # fmt: skip
+    eos = runs.attempt(
+        notes, "The project under exactly_once",
+        lambda: project_run(kafka, sizes, work, EXACTLY_ONCE),
+    )  # fmt: skip
+    ks = runs.attempt(
+        notes, "Kafka Streams at_least_once",
+        lambda: kstreams_run(kafka, sizes, work, kstreams.AT_LEAST_ONCE, project),
+    )  # fmt: skip
+    ks_eos = runs.attempt(
+        notes, "Kafka Streams exactly_once_v2",
+        lambda: kstreams_run(kafka, sizes, work, kstreams.EXACTLY_ONCE, eos),
+    )  # fmt: skip
     notes = [
-        f"{events:,} store events (80% sales) over 1,000 stores preloaded in {preload_s:.0f} s; "
-        "rate from committed offsets of item-events and the sales repartition topic."
+        f"{events:,} store events (80% sales, one in {UNKNOWN_EVERY} of an unknown sku) over "
+        f"1,000 stores and two hours of event time, and {payments:,} payments for half of the "
+        "sales (four in five within the 10-minute window, the others 11 to 15 minutes late), "
+        "in the order of their ts; one product in ten changes category half-way through. "
+        "Store events and payments carry their ts as record timestamps (Kafka Streams "
+        "processes a task's records in timestamp order; the project reads ts from values). "
+        f"Preloaded in {preload_s:.0f} s.",
+        "Rates are item events per second from the first commit on item-events until every "
+        "item event, every payment and every sales repartition record is committed (from "
+        "the consumer groups' committed offsets; start-up excluded). The project ran under "
+        "at_least_once, then under exactly_once (PROCESSING_GUARANTEE), each time from a "
+        "clean state: its internal topics and outputs deleted, its group rewound to the "
+        "start of the source topics.",
+        "The ceiling is a bare aiokafka consumer reading item-events with getmany and "
+        "parsing each value with json.loads (bench/baselines/aiokafka_parse.py).",
+        runs.kstreams_note(
+            "the same pipeline (bench/baselines/kstreams/, Inventory.java): validation with the "
+            "project's rules, stock per store in a Jackson JSON value, sales enriched from a "
+            "global versioned products store as of their ts, re-keyed by category (one "
+            "repartition record per sale) into 1-hour windows, and the contract's settling join "
+            "with the Processor API"
+        ),
+        *notes,
     ]
-    if not progress.finished:
-        notes.append(
-            f"Not finished in {sizes.inventory_max_s:.0f} s: {progress.done:,.0f} of "
-            f"{events:,} events processed; the rate is over that window. At the end it had "
-            f"committed {progress.committed.get(ITEM_EVENTS, 0):,} store events and "
-            f"{progress.committed.get(SALES_REPARTITION, 0):,} of "
-            f"{progress.ends.get(SALES_REPARTITION, 0):,} sales repartition records."
-        )
+    measured = [r for r in (project, eos, ks, ks_eos) if r is not None]
+    notes += [n for r in measured if (n := r.unfinished_note("item events")) is not None]
+    notes += [n for n in (runs.commit_note([project, eos, ks, ks_eos]),) if n is not None]
+    equal, check_notes, checks = runs.compare_runs([(project, ks), (eos, ks_eos)])
+    notes += check_notes
     return Outcome(
-        figures={"events_per_s": steady_rate(progress.series)},
+        figures={
+            "events_per_s": project.rate if project else None,
+            "eos_events_per_s": eos.rate if eos else None,
+            "ceiling_consume_parse_events_per_s": ceiling["events_per_s"] if ceiling else None,
+            "baseline_kstreams_events_per_s": ks.rate if ks else None,
+            "baseline_kstreams_eos_events_per_s": ks_eos.rate if ks_eos else None,
+            "peak_rss_mib": runs.peak_mib([project, eos]),
+            "baseline_kstreams_peak_rss_mib": runs.peak_mib([ks, ks_eos]),
+            "kstreams_tables_equal": equal,
+        },
         notes=notes,
         details={
             "events": events,
-            "finished": progress.finished,
-            "series": progress.series,
-            "rates": instant_rates(progress.series),
+            "payments": payments,
+            "finished": project.progress.finished if project else None,
+            "series": project.progress.series if project else [],
+            "rates": instant_rates(project.progress.series) if project else [],
+            "ceiling": ceiling,
+            "runs": {r.label: r.details() for r in measured},
+            "kstreams_check": checks,
         },
     )

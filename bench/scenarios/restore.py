@@ -74,6 +74,7 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> tuple[Outcome, Worker]:
     poller.stop_event.set()
     restores = restores_in(worker.log_text())
     records, seconds = max(restores, default=(0, 0.0))
+    peak = worker.peak_rss()
     worker.stop()
     worker.start()
     restart_ready_s = worker.wait_ready(sizes.restore_timeout_s, interval=0.05)
@@ -83,6 +84,8 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> tuple[Outcome, Worker]:
         f"data dir was ready {first_ready_s:.1f} s after its start.",
         "records_per_s is the worker's own log line `restore N done: X changelog records in "
         "S s` (the restore of the first assignment).",
+        "peak_rss_mib: the worker's peak resident set (VmHWM) once it held the restored "
+        "table, before its restart.",
         "restart_ready_s: from the process start to the first `/ready` 200, data dir intact "
         f"(the restart's restore read {sum(r for r, _ in restart):,} records).",
     ]
@@ -98,5 +101,6 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> tuple[Outcome, Worker]:
         "records_per_s": records / seconds if seconds > 0 else None,
         "restart_ready_s": restart_ready_s,
         "keys": keys,
+        "peak_rss_mib": None if peak is None else peak / 1024**2,
     }
     return Outcome(figures, notes, details), worker

@@ -1,5 +1,6 @@
-"""Word count: the project's worker against the per-event faust baseline and the bare
-aiokafka ceiling, all three over the same preloaded lines of ``text-lines``."""
+"""Word count: the project's worker under both guarantees against Kafka Streams under
+both, the per-event faust baseline and the bare aiokafka ceiling, all over the same
+preloaded lines of ``text-lines``, with a check that Kafka Streams counted the same."""
 
 from __future__ import annotations
 
@@ -11,34 +12,21 @@ from typing import Any
 
 import orjson
 
-from bench import data
+from bench import data, kstreams
 from bench.baselines import faust_wordcount
 from bench.config import Sizes
 from bench.kafka import BenchKafka, create_project_topics, produce, truncate
 from bench.procs import Worker, run_module
 from bench.progress import Progress, watch_group
-from bench.scenarios import Outcome
-from bench.stats import completion_rate, instant_rates, steady_rate
+from bench.scenarios import Outcome, runs
+from bench.scenarios.runs import Measured
+from bench.stats import instant_rates, steady_rate
+from bench.tables import project_tables
 
-PROJECT_GROUP = "streamstate"
 TEXT_LINES = "text-lines"
 REPARTITION = "streamstate-word_counts-repartition"
-
-
-def warm_up(kafka: BenchKafka, work: Path) -> float:
-    """Start and stop a project worker once, so that it creates its internal topics.
-
-    On a cluster without them, the first assignment ignores the repartition topics the
-    worker creates during start-up ("Ignoring missing topic"), and ``words.count_words``
-    then consumes nothing until the next rebalance. A deployed worker restarts with its
-    topics in place; that is the case measured here.
-    """
-    worker = Worker(kafka.broker_url, work / "warm-up", env={"TABLE_STANDBY_REPLICAS": "0"})
-    worker.start()
-    try:
-        return worker.wait_ready(300)
-    finally:
-        worker.stop()
+WORD_COUNTS = "word_counts"
+AT_LEAST_ONCE, EXACTLY_ONCE = "at_least_once", "exactly_once"
 
 
 def preload(kafka: BenchKafka, lines: int) -> float:
@@ -89,13 +77,56 @@ def run_worker(
         worker.stop()
 
 
+def project_run(kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str) -> Measured:
+    """The project's worker over the lines, from a clean state, then its word counts from
+    the changelog."""
+    runs.reset_project(kafka)
+    label = f"the project worker ({guarantee})"
+    measured, worker = runs.run_project(
+        kafka,
+        work / f"project-{guarantee}",
+        label,
+        guarantee,
+        runs.Topics(TEXT_LINES, (REPARTITION,)),
+        sizes.wordcount_lines,
+        sizes.wordcount_max_s,
+    )
+    try:
+        measured.tables = asyncio.run(project_tables(kafka.bootstrap, [WORD_COUNTS]))
+    finally:
+        worker.stop()
+    return measured
+
+
+def kstreams_run(
+    kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str, project: Measured | None
+) -> Measured:
+    """Kafka Streams over the same records, committing as often as the project did."""
+    suffix = "" if guarantee == kstreams.AT_LEAST_ONCE else "-eos"
+    commit_ms = kstreams.commit_interval_ms(project.commit_interval_ms if project else None)
+    app = kstreams.KStreamsApp(
+        "wordcount",
+        kafka.bootstrap,
+        f"bench-kstreams-wordcount{suffix}",
+        guarantee,
+        work,
+        commit_ms,
+    )
+    return runs.run_kstreams(
+        app,
+        kafka,
+        runs.Topics(TEXT_LINES, (app.repartition_topic("words"),)),
+        sizes.wordcount_lines,
+        sizes.wordcount_max_s,
+    )
+
+
 def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
-    """Preload the lines, then run the ceiling, the faust baseline and the project."""
+    """Preload the lines, then run the ceiling, the faust baseline, the project under
+    both guarantees and Kafka Streams under both, all over the same lines."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     lines = sizes.wordcount_lines
-    asyncio.run(create_project_topics(kafka.bootstrap))
-    warm_up(kafka, work)
     preload_s = preload(kafka, lines)
     ceiling = run_ceiling(kafka, work)
     baseline = run_worker(
@@ -106,58 +137,73 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         lines,
         sizes.faust_baseline_s,
     )
-    project = run_worker(
-        kafka,
-        Worker(kafka.broker_url, work / "project", env={"TABLE_STANDBY_REPLICAS": "0"}),
-        PROJECT_GROUP,
-        [REPARTITION],
-        lines,
-        sizes.wordcount_max_s,
-    )
+    notes: list[str] = []
+    project = runs.attempt(
+        notes, "The project under at_least_once",
+        lambda: project_run(kafka, sizes, work, AT_LEAST_ONCE),
+    )  # fmt: skip
+    eos = runs.attempt(
+        notes, "The project under exactly_once",
+        lambda: project_run(kafka, sizes, work, EXACTLY_ONCE),
+    )  # fmt: skip
+    ks = runs.attempt(
+        notes, "Kafka Streams at_least_once",
+        lambda: kstreams_run(kafka, sizes, work, kstreams.AT_LEAST_ONCE, project),
+    )  # fmt: skip
+    ks_eos = runs.attempt(
+        notes, "Kafka Streams exactly_once_v2",
+        lambda: kstreams_run(kafka, sizes, work, kstreams.EXACTLY_ONCE, eos),
+    )  # fmt: skip
     # Later scenarios on this cluster must not find unprocessed lines.
     asyncio.run(truncate(kafka.bootstrap, [TEXT_LINES, REPARTITION]))
     notes = [
         f"{lines:,} lines of ten words preloaded in {preload_s:.0f} s; 8 partitions.",
-        "A project worker was started and stopped once before, on the empty topics, so that "
-        "its repartition topic exists: on a fresh cluster the first assignment ignores it "
-        "('Ignoring missing topic').",
-        "Project and faust baseline rates come from the consumer groups' committed offsets, "
-        "so start-up is excluded. The project's rate is the lines after its first commit on "
-        "text-lines (its split stage, in a group of its own) over the time from that commit "
-        "until every line is committed through both stages (text-lines and the repartition "
-        "topic); the faust baseline's is over its measuring window.",
+        "Rates come from the consumer groups' committed offsets, so start-up is excluded: "
+        "lines after the first commit on text-lines over the time from that commit until every "
+        "line is committed through both stages (text-lines and the repartition topic). The "
+        "faust baseline's is over its measuring window. The project ran under at_least_once, "
+        "then under exactly_once (PROCESSING_GUARANTEE), each time from a clean state (its "
+        "internal topics deleted, its group rewound to the start of the lines); Kafka "
+        "Streams under at_least_once and exactly_once_v2, each "
+        "with an application id of its own.",
         f"The faust baseline is measured over at most {sizes.faust_baseline_s:.0f} s "
         f"({baseline.done:,.0f} of {lines:,} lines processed): it is far too slow for all.",
+        runs.kstreams_note(
+            "the same word count (bench/baselines/kstreams/): the contract's "
+            "tokens, groupBy word (one repartition record per word), count into a persistent "
+            "RocksDB store with its changelog"
+        ),
+        *notes,
     ]
-    if not project.finished:
-        notes.append(
-            f"The project worker did not finish in {sizes.wordcount_max_s:.0f} s: "
-            f"{project.done:,.0f} of {lines:,} lines processed; its rate is over that window. "
-            f"At the end it had committed {project.committed.get(TEXT_LINES, 0):,} lines "
-            f"split and {project.committed.get(REPARTITION, 0):,} of "
-            f"{project.ends.get(REPARTITION, 0):,} repartition records counted."
-        )
-    if project.finished:
-        rate = completion_rate(project.source_series, lines, project.series[-1][0])
-    else:
-        rate = steady_rate(project.series)
-    if rate is None and project.done == 0:
-        rate = 0.0  # the worker ran the whole window and counted nothing
+    measured = [r for r in (project, eos, ks, ks_eos) if r is not None]
+    notes += [n for r in measured if (n := r.unfinished_note("lines")) is not None]
+    notes += [n for n in (runs.commit_note([project, eos, ks, ks_eos]),) if n is not None]
+    pairs = [(project, ks), (eos, ks_eos)]
+    equal, check_notes, checks = runs.compare_runs(pairs)
+    notes += check_notes
     return Outcome(
         figures={
-            "events_per_s": rate,
+            "events_per_s": project.rate if project else None,
+            "eos_events_per_s": eos.rate if eos else None,
             "baseline_faust_events_per_s": steady_rate(baseline.series),
             "ceiling_aiokafka_events_per_s": ceiling["events_per_s"],
+            "baseline_kstreams_events_per_s": ks.rate if ks else None,
+            "baseline_kstreams_eos_events_per_s": ks_eos.rate if ks_eos else None,
+            "peak_rss_mib": runs.peak_mib([project, eos]),
+            "baseline_kstreams_peak_rss_mib": runs.peak_mib([ks, ks_eos]),
+            "kstreams_tables_equal": equal,
         },
         notes=notes,
         details={
             "lines": lines,
-            "project_finished": project.finished,
-            "project_series": project.series,
-            "project_rates": instant_rates(project.series),
+            "project_finished": project.progress.finished if project else None,
+            "project_series": project.progress.series if project else [],
+            "project_rates": instant_rates(project.progress.series) if project else [],
             "baseline_series": baseline.series,
             "baseline_rates": instant_rates(baseline.series),
             "ceiling": ceiling,
             "ceiling_rates": instant_rates(ceiling["series"]),
+            "runs": {r.label: r.details() for r in measured},
+            "kstreams_check": checks,
         },
     )
