@@ -67,9 +67,6 @@ class Settings(BaseSettings):
     source_fetch_max_records: int = Field(20_000, gt=0)
     #: More pipeline modules to run, comma-separated (each with ``pipelines(context)``).
     extra_pipelines: str = ""
-    #: A restore reads a changelog partition in bulk when it is at least this many
-    #: records behind; shorter tails go through faust's per-record recovery.
-    restore_bulk_min_records: int = Field(2000, gt=0)
     #: How often standby updates are flushed to RocksDB, in seconds.
     standby_flush_interval: float = Field(0.5, gt=0)
     #: Remove a peer from the group as soon as its port refuses connections this many

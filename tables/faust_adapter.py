@@ -596,13 +596,11 @@ class TrackedRecovery(Recovery):
     offset and only reads what is left, usually nothing. The bulk read stops at the
     highwater faust measured for the same recovery; it is abandoned (faust's path takes
     over from the last written batch) on a new rebalance, on stop, or when its time
-    budget runs out. Under exactly_once every behind partition is read this way: the
-    commit marker at the end of a transactional changelog is never delivered as a
-    record, and faust's own path would wait for it.
+    budget runs out. Every partition that is behind is read this way, whatever the
+    worker's guarantee: a changelog written under exactly_once ends with a commit marker
+    that is never delivered as a record, and faust's own path would wait for it.
     """
 
-    #: Partitions fewer records behind than this are left to faust's own restore.
-    bulk_min_records = 2_000
     #: Records per fetch of the bulk consumer.
     bulk_max_records = 20_000
     #: Share of ``broker_request_timeout`` (faust's limit on this step) the bulk read may use.
@@ -616,10 +614,6 @@ class TrackedRecovery(Recovery):
         #: ``_set_recovery_started`` again after it, which must not reset them.
         self._bulk_carry: tuple[int, int, float | None] | None = None
         self._ends: AIOKafkaConsumer | None = None
-
-    @property
-    def transactional(self) -> bool:
-        return bool(getattr(self.app, "read_committed", False))
 
     def count(self, table_name: str, *, active: bool) -> None:
         """Called once per changelog record that recovery hands to a table."""
@@ -637,13 +631,13 @@ class TrackedRecovery(Recovery):
     async def _build_highwaters(
         self, consumer: Any, tps: Any, destination: Any, title: str
     ) -> None:
-        """Under exactly_once, highwaters from the broker's last stable offsets.
+        """Highwaters from the broker's last stable offsets.
 
         faust reads them from the consumer's last fetch response, which knows nothing of
         a partition not fetched since it was assigned, and counts the commit markers
         in: restored, such a partition would wait for a record that never comes.
         """
-        if not self.transactional or not tps:
+        if not tps:
             await super()._build_highwaters(consumer, tps, destination, title)
             return
         try:
@@ -712,11 +706,7 @@ class TrackedRecovery(Recovery):
     async def _bulk_restore(self, offsets: MutableMapping[Any, Any]) -> None:
         tables = self._bulk_tables()
         highwaters = {tp: self.active_highwaters.get(tp) for tp in tables}
-        settings = getattr(self.app, "settings", None)
-        min_records = getattr(settings, "restore_bulk_min_records", self.bulk_min_records)
-        if self.transactional:
-            min_records = 1
-        plan = bulk_plan({tp: offsets.get(tp) for tp in tables}, highwaters, min_records)
+        plan = bulk_plan({tp: offsets.get(tp) for tp in tables}, highwaters, 1)
         if not plan:
             return
         budget = float(self.app.conf.broker_request_timeout) * self.bulk_budget_share
