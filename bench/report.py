@@ -9,6 +9,9 @@ from typing import Any
 
 import orjson
 
+from bench.config import RESULTS
+from ops.generated import README, ROOT, replace_section
+
 #: The sections and keys of summary.json, in order (the issue's schema).
 KSTREAMS = (
     "baseline_kstreams_events_per_s",
@@ -174,12 +177,12 @@ def judge(row: Row, section: Mapping[str, Any]) -> tuple[str, str, str]:
     return target, f"{measured:.2f}x" if row.base else f"{measured:.2f}", "yes" if met else "**no**"
 
 
-def table(summary_json: Mapping[str, Any]) -> str:
+def table(summary_json: Mapping[str, Any], rows: tuple[Row, ...] = ROWS) -> str:
     lines = [
         "| scenario | figure | measured | target | ratio | met |",
         "| --- | --- | ---: | --- | ---: | --- |",
     ]
-    for row in ROWS:
+    for row in rows:
         section = summary_json.get(row.section, {})
         target, ratio, met = judge(row, section)
         value = fmt(section.get(row.key)) if not row.base else ""
@@ -226,7 +229,7 @@ def markdown(
             parts.append(f"- **{section}**: {note}")
     if plots:
         parts += ["", "## Plots", ""]
-        parts += [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
+        parts += [f"![{Path(p).stem}]({p if '/' in p else Path(p).name})" for p in plots]
     return "\n".join(parts) + "\n"
 
 
@@ -244,3 +247,25 @@ def write(
         orjson.dumps({"notes": notes, "details": details}, option=orjson.OPT_INDENT_2) + b"\n"
     )
     (out / "summary.md").write_text(markdown(summary_json, notes, plots))
+    if out.resolve() == RESULTS.resolve():  # the project's own results: the docs follow
+        publish(summary_json, notes, plots)
+
+
+def headline(summary_json: Mapping[str, Any]) -> str:
+    """The README's benchmark table: the figures held against a target."""
+    machine = summary_json["machine"]
+    return (
+        f"`make bench` at commit `{machine.get('git_commit')}` ({machine.get('mode')} run, "
+        f"{machine.get('started_at')}, {machine.get('cores')} cores):\n\n"
+        + table(summary_json, tuple(row for row in ROWS if row.target is not None))
+        + "\n"
+    )
+
+
+def publish(
+    summary_json: Mapping[str, Any], notes: Mapping[str, list[str]], plots: list[str]
+) -> None:
+    """docs/benchmarks.md and the README's benchmark table, from one run's results."""
+    page = markdown(summary_json, notes, [f"../bench/results/{Path(p).name}" for p in plots])
+    (ROOT / "docs" / "benchmarks.md").write_text(page)
+    replace_section(README, "benchmarks", headline(summary_json))

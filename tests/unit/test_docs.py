@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import report as bench_report
 from chaos import report as chaos_report
 from core.settings import Settings
 from ops.generated import README, ROOT, MissingSection, replace_section, section
@@ -68,3 +69,12 @@ def test_a_section_is_rewritten_between_its_markers_only(tmp_path: Path) -> None
     assert page.read_text() == "# t\n<!-- begin x -->\nnew | table\n<!-- end x -->\ntail\n"
     with pytest.raises(MissingSection):
         replace_section(page, "y", "anything")
+
+
+def test_the_readme_and_benchmarks_page_hold_what_the_bench_results_say() -> None:
+    results = ROOT / "bench" / "results"
+    summary = json.loads((results / "summary.json").read_text())
+    notes = json.loads((results / "details.json").read_text())["notes"]
+    plots = [f"../bench/results/{p.name}" for p in sorted(results.glob("*.png"))]
+    assert section(README.read_text(), "benchmarks") == bench_report.headline(summary)
+    assert (DOCS / "benchmarks.md").read_text() == bench_report.markdown(summary, notes, plots)
