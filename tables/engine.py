@@ -451,8 +451,6 @@ class Engine:
         self.figures = Figures()
         #: why the engine stopped for good (a store failed), or None
         self.failure: str | None = None
-        #: partitions whose task is being set up
-        self._starting: set[int] = set()
         self._lock = asyncio.Lock()
 
     async def process(
