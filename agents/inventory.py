@@ -17,11 +17,12 @@ import orjson
 
 from core.semantics import (
     InvalidEvent,
-    apply_inventory,
+    add_to_inventory,
     check_key,
-    parse_item_event,
+    read_item_event,
     sale_revenue,
     window_start,
+    working_inventory,
 )
 from core.topics import ITEM_EVENTS, dlq_topic
 from tables.definitions import INVENTORY
@@ -45,27 +46,30 @@ def apply_store_events(batch: Batch, *, catalogue: Catalogue, max_bytes: int) ->
     """One partition's store events -> each store's new stock, written once, and the
     batch's sales summed per (category, hour) (dead letters for the invalid events)."""
     table = batch.table(INVENTORY)
-    stores: dict[bytes, Any] = {}
+    stores: dict[bytes, dict[str, Any]] = {}
     sums: dict[tuple[str, int], list[Any]] = {}
+    category_at = catalogue.category_at
     for record in batch.of(ITEM_EVENTS):
         try:
-            item = batch.parsed(record, parse_item_event, max_bytes)
+            item = batch.parsed(record, read_item_event, max_bytes)
             check_key(record.key, item.store_id, "store_id")
         except InvalidEvent as error:
             batch.dead_letter(record, error.reason)
             continue
-        key = item.store_id.encode("utf-8")
-        if key not in stores:
-            stores[key] = table.get(key)
-        stores[key] = apply_inventory(stores[key], item)
+        key: bytes = record.key  # type: ignore[assignment]  # check_key: not None
+        state = stores.get(key)
+        if state is None:
+            state = stores[key] = working_inventory(table.get(key), item.store_id)
+        add_to_inventory(state, item)
         if item.kind == "sale":
-            where = (catalogue.category_at(item.sku, item.ts), window_start(item.ts))
+            where = (category_at(item.sku, item.ts), window_start(item.ts))
+            revenue = sale_revenue(item)
             total = sums.get(where)
             if total is None:
-                sums[where] = [item.quantity, sale_revenue(item), 1]
+                sums[where] = [item.quantity, revenue, 1]
             else:
                 total[0] += item.quantity
-                total[1] += sale_revenue(item)
+                total[1] += revenue
                 total[2] += 1
     for key, state in stores.items():
         table.put(key, state)

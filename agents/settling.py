@@ -4,7 +4,7 @@ A payment settles the sale whose ``event_id`` is its ``sale_event_id`` when its 
 lies in ``[sale.ts, sale.ts + 10 min]``. Settled pairs go to ``settled-sales``; a sale
 that nothing settled counts in ``unsettled_sales`` once event time on both topics'
 partitions of its store has passed ``sale.ts + 10 min``. The join is tables/join.py's,
-its buffers three tables of the same partition.
+its buffer and index two tables of the same partition.
 
 Both topics are co-partitioned by store, so one batch holds a partition of each, and
 every table write for a store lands in that store's partition. A batch applies its
@@ -14,14 +14,13 @@ records, expires the buffers once, and writes each store's unsettled count once.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import orjson
 
-from core.semantics import InvalidEvent, check_key, parse_item_event, parse_payment
+from core.semantics import InvalidEvent, check_key, read_item_event, read_payment
 from core.topics import ITEM_EVENTS, PAYMENTS, SETTLED_SALES, dlq_topic
 from tables.definitions import UNSETTLED_SALES
-from tables.join import LEFT, RIGHT, JoinResult, JoinWindow, PartitionJoin
+from tables.join import LEFT, RIGHT, JoinWindow, PartitionJoin
 from tables.pipeline import Batch, Context, Pipeline, TableSpec
 
 #: A payment settles a sale when it is at most this long after the sale (inclusive).
@@ -37,65 +36,47 @@ SETTLE_WINDOW = JoinWindow(
     left_grace_ms=SETTLE_WINDOW_MS,
     right_grace_ms=0,
 )
-JOIN_NAME = "settling"
-SALES_BUFFER = f"{JOIN_NAME}_sales_buffer"
-PAYMENTS_BUFFER = f"{JOIN_NAME}_payments_buffer"
-WATERMARKS = f"{JOIN_NAME}_watermarks"
-
-
-def _store_key(record: dict[str, Any]) -> bytes:
-    return str(record["store_id"]).encode("utf-8")
+#: The join's buffered sales and payments by event id, and its index by event time.
+SETTLING_BUFFER = "settling_buffer"
+SETTLING_INDEX = "settling_index"
 
 
 def settle(batch: Batch, *, max_bytes: int, window: JoinWindow = SETTLE_WINDOW) -> None:
     """One partition's item events and payments through the join."""
-    join = PartitionJoin(
-        window,
-        batch.table(SALES_BUFFER),
-        batch.table(PAYMENTS_BUFFER),
-        batch.table(WATERMARKS),
-        batch.partition,
-    )
-    result = JoinResult()
+    join = PartitionJoin(window, batch.table(SETTLING_BUFFER), batch.table(SETTLING_INDEX))
     for record in batch.of(ITEM_EVENTS):
         try:
-            item = batch.parsed(record, parse_item_event, max_bytes)
+            item = batch.parsed(record, read_item_event, max_bytes)
             check_key(record.key, item.store_id, "store_id")
         except InvalidEvent:
             # inventory.apply_store_events reads the same records and dead-letters the
             # invalid ones; doing it here too would put every bad record in the DLQ twice.
             continue
-        if item.kind != "sale":
-            # Restocks and adjustments only move the topic's event time.
+        if item.kind == "sale":
+            join.process(LEFT, item.ts, record.offset, item.event_id.encode(), item.record)
+        else:  # restocks and adjustments only move the topic's event time
             join.process(LEFT, item.ts, record.offset, None)
-            continue
-        sale = orjson.loads(record.value or b"{}")
-        found = join.process(LEFT, item.ts, record.offset, item.event_id.encode("utf-8"), sale)
-        result.pairs.extend(found.pairs)
-        result.unmatched.extend(found.unmatched)
     for record in batch.of(PAYMENTS):
         try:
-            payment = parse_payment(record.value, max_bytes)
+            payment = read_payment(record.value, max_bytes)
             check_key(record.key, payment.store_id, "store_id")
         except InvalidEvent as error:
             batch.dead_letter(record, error.reason)
             continue
-        value = orjson.loads(record.value or b"{}")
-        key = payment.sale_event_id.encode("utf-8")
-        found = join.process(RIGHT, payment.ts, record.offset, key, value)
-        result.pairs.extend(found.pairs)
-        result.unmatched.extend(found.unmatched)
-    result.unmatched.extend(join.expire())
+        key = payment.sale_event_id.encode()
+        join.process(RIGHT, payment.ts, record.offset, key, payment.record)
+    result = join.finish()
     for sale, payment_value in result.pairs:
         pair = orjson.dumps({"sale": sale, "payment": payment_value})
-        batch.send(SETTLED_SALES, _store_key(sale), pair)
-    counts = batch.table(UNSETTLED_SALES)
-    added: dict[bytes, int] = {}
-    for sale in result.unmatched:
-        store = _store_key(sale)
-        added[store] = added.get(store, 0) + 1
-    for store, n in added.items():
-        counts.put(store, int(counts.get(store) or 0) + n)
+        batch.send(SETTLED_SALES, str(sale["store_id"]).encode(), pair)
+    if result.unmatched:
+        counts = batch.table(UNSETTLED_SALES)
+        added: dict[bytes, int] = {}
+        for sale in result.unmatched:
+            store = str(sale["store_id"]).encode()
+            added[store] = added.get(store, 0) + 1
+        for store, n in added.items():
+            counts.put(store, int(counts.get(store) or 0) + n)
 
 
 #: Expired join records leave tombstones; rolling segments every 10 minutes lets the
@@ -109,9 +90,8 @@ def pipelines(context: Context) -> list[Pipeline]:
             name="settling.settle_sales",
             reads=(ITEM_EVENTS, PAYMENTS),
             writes=(
-                TableSpec(SALES_BUFFER, ordered=True, changelog_config=BUFFER_CHANGELOG),
-                TableSpec(PAYMENTS_BUFFER, ordered=True, changelog_config=BUFFER_CHANGELOG),
-                TableSpec(WATERMARKS, changelog_config=BUFFER_CHANGELOG),
+                TableSpec(SETTLING_BUFFER, changelog_config=BUFFER_CHANGELOG),
+                TableSpec(SETTLING_INDEX, ordered=True, changelog_config=BUFFER_CHANGELOG),
                 TableSpec(UNSETTLED_SALES, queryable=True),
             ),
             produces=(SETTLED_SALES, dlq_topic(PAYMENTS)),

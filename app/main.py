@@ -6,6 +6,7 @@ faust --datadir DIR -A app.main worker -l info --web-host 127.0.0.1 --web-port 6
 
 from __future__ import annotations
 
+import gc
 import importlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -72,6 +73,10 @@ class StreamstateApp(EngineApp):
     async def on_first_start(self) -> None:
         await super().on_first_start()
         if not (self.producer_only or self.client_only):
+            # What the start-up allocated lives as long as the worker: out of the
+            # collector's way for good, and the cycles' garbage collected less often.
+            gc.freeze()
+            gc.set_threshold(*self.settings.gc_thresholds)
             specs = topics.topic_specs(
                 self.settings.topic_partitions, self.settings.source_retention_ms
             )

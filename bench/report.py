@@ -265,7 +265,9 @@ def headline(summary_json: Mapping[str, Any]) -> str:
 def publish(
     summary_json: Mapping[str, Any], notes: Mapping[str, list[str]], plots: list[str]
 ) -> None:
-    """docs/benchmarks.md and the README's benchmark table, from one run's results."""
-    page = markdown(summary_json, notes, [f"../bench/results/{Path(p).name}" for p in plots])
+    """docs/benchmarks.md and the README's benchmark table, from one run's results (the
+    page shows every plot in the results folder, in name order)."""
+    shown = sorted({Path(p).name for p in plots} | {p.name for p in RESULTS.glob("*.png")})
+    page = markdown(summary_json, notes, [f"../bench/results/{name}" for name in shown])
     (ROOT / "docs" / "benchmarks.md").write_text(page)
     replace_section(README, "benchmarks", headline(summary_json))

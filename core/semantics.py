@@ -7,11 +7,13 @@ row, and both test suites run them on the same inputs, so the two can never drif
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from core.models import ItemEvent, Payment, Product
@@ -109,6 +111,143 @@ def parse_item_event(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> I
     return parse_record(ItemEvent, raw, max_bytes)
 
 
+class StoreEvent(NamedTuple):
+    """A valid item event, as the stream reads it: the fields of :class:`ItemEvent` and
+    the record's JSON object as it was sent (unknown fields included)."""
+
+    event_id: str
+    store_id: str
+    sku: str
+    kind: str
+    quantity: int
+    unit_price: float | None
+    ts: int
+    record: dict[str, Any]
+
+
+class PaymentEvent(NamedTuple):
+    """A valid payment, as the stream reads it (see :class:`StoreEvent`)."""
+
+    payment_id: str
+    sale_event_id: str
+    store_id: str
+    amount: float
+    ts: int
+    record: dict[str, Any]
+
+
+_KINDS = frozenset(("sale", "restock", "adjust"))
+_MAX_TS = 253_402_300_799_999
+
+
+def _text(value: Any) -> bool:
+    return type(value) is str and 0 < len(value) <= 256
+
+
+def _price(value: Any, high: float) -> float | None:
+    """A finite number in [0, high] as a float, or None when it is not certainly one."""
+    if (type(value) is float or type(value) is int) and 0 <= value <= high:  # NaN: False
+        return float(value)
+    return None
+
+
+def _quick_item(data: Any) -> StoreEvent | None:
+    """The event when ``data`` is certainly valid by :class:`ItemEvent`'s rules; None
+    when pydantic must judge it (to accept it, or to say exactly what is wrong)."""
+    if type(data) is not dict:
+        return None
+    get: Any = data.get
+    event_id, store_id, sku, kind = get("event_id"), get("store_id"), get("sku"), get("kind")
+    quantity, ts = get("quantity"), get("ts")
+    if not (_text(event_id) and _text(store_id) and _text(sku)):
+        return None
+    if type(kind) is not str or kind not in _KINDS:
+        return None
+    if type(quantity) is not int or not -1_000_000 <= quantity <= 1_000_000:
+        return None
+    if type(ts) is not int or not 0 <= ts <= _MAX_TS:
+        return None
+    price = data.get("unit_price")
+    if price is not None and (price := _price(price, 1e9)) is None:
+        return None
+    if (quantity <= 0 and kind != "adjust") or quantity == 0:
+        return None
+    if kind == "sale" and price is None:
+        return None
+    return StoreEvent(event_id, store_id, sku, kind, quantity, price, ts, data)
+
+
+def _quick_payment(data: Any) -> PaymentEvent | None:
+    """As :func:`_quick_item`, for :class:`Payment`."""
+    if type(data) is not dict:
+        return None
+    get: Any = data.get
+    payment_id, sale_event_id = get("payment_id"), get("sale_event_id")
+    store_id, ts = get("store_id"), get("ts")
+    if not (_text(payment_id) and _text(sale_event_id) and _text(store_id)):
+        return None
+    if type(ts) is not int or not 0 <= ts <= _MAX_TS:
+        return None
+    amount = _price(data.get("amount"), 1e12)
+    if amount is None:
+        return None
+    return PaymentEvent(payment_id, sale_event_id, store_id, amount, ts, data)
+
+
+def _loads(raw: bytes) -> Any:
+    """The JSON value of ``raw`` (orjson, or the standard library for what orjson
+    refuses and pydantic accepted: integers beyond 64 bits, NaN in unknown fields)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
+def read_item_event(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> StoreEvent:
+    """:func:`parse_item_event` for the stream's hot path: the same verdicts, values and
+    reasons, without building a pydantic model for the events that are certainly valid."""
+    if raw is not None and len(raw) <= max_bytes:
+        try:
+            quick = _quick_item(orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            quick = None
+        if quick is not None:
+            return quick
+    event = parse_item_event(raw, max_bytes)
+    assert raw is not None  # parse_item_event refuses a null value
+    return StoreEvent(
+        event.event_id,
+        event.store_id,
+        event.sku,
+        event.kind,
+        event.quantity,
+        event.unit_price,
+        event.ts,
+        _loads(raw),
+    )
+
+
+def read_payment(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> PaymentEvent:
+    """:func:`parse_payment` for the stream's hot path (see :func:`read_item_event`)."""
+    if raw is not None and len(raw) <= max_bytes:
+        try:
+            quick = _quick_payment(orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            quick = None
+        if quick is not None:
+            return quick
+    payment = parse_payment(raw, max_bytes)
+    assert raw is not None
+    return PaymentEvent(
+        payment.payment_id,
+        payment.sale_event_id,
+        payment.store_id,
+        payment.amount,
+        payment.ts,
+        _loads(raw),
+    )
+
+
 def parse_product(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> Product:
     return parse_record(Product, raw, max_bytes)
 
@@ -129,17 +268,40 @@ def check_key(key: bytes | None, expected: str, field: str) -> None:
 # -- inventory -----------------------------------------------------------------------
 
 
-def stock_delta(event: ItemEvent) -> int:
+def stock_delta(event: ItemEvent | StoreEvent) -> int:
     """How an event changes on-hand stock: sale subtracts, restock adds, adjust is signed."""
     return -event.quantity if event.kind == "sale" else event.quantity
 
 
-def apply_inventory(state: Mapping[str, Any] | None, event: ItemEvent) -> dict[str, Any]:
+def apply_inventory(
+    state: Mapping[str, Any] | None, event: ItemEvent | StoreEvent
+) -> dict[str, Any]:
     """The inventory value of a store after one event (a new dict; ``state`` is unchanged)."""
-    on_hand: dict[str, int] = dict(state["on_hand"]) if state else {}
-    on_hand[event.sku] = on_hand.get(event.sku, 0) + stock_delta(event)
-    updated_at = max(int(state["updated_at"]), event.ts) if state else event.ts
-    return {"store_id": event.store_id, "on_hand": on_hand, "updated_at": updated_at}
+    working = working_inventory(state, event.store_id)
+    add_to_inventory(working, event)
+    return working
+
+
+def working_inventory(state: Mapping[str, Any] | None, store_id: str) -> dict[str, Any]:
+    """A copy of a store's inventory value that :func:`add_to_inventory` may change."""
+    if not state:
+        return {"store_id": store_id, "on_hand": {}, "updated_at": None}
+    return {
+        "store_id": store_id,
+        "on_hand": dict(state["on_hand"]),
+        "updated_at": int(state["updated_at"]),
+    }
+
+
+def add_to_inventory(working: dict[str, Any], event: ItemEvent | StoreEvent) -> None:
+    """Apply one event to a :func:`working_inventory` value, in place."""
+    on_hand = working["on_hand"]
+    on_hand[event.sku] = on_hand.get(event.sku, 0) + (
+        -event.quantity if event.kind == "sale" else event.quantity
+    )
+    updated_at = working["updated_at"]
+    if updated_at is None or event.ts > updated_at:
+        working["updated_at"] = event.ts
 
 
 # -- sales by category ---------------------------------------------------------------
@@ -150,7 +312,7 @@ def window_start(ts_ms: int, size_ms: int = HOUR_MS) -> int:
     return ts_ms - ts_ms % size_ms
 
 
-def sale_revenue(event: ItemEvent) -> float:
+def sale_revenue(event: ItemEvent | StoreEvent) -> float:
     """quantity x unit_price of a sale."""
     return event.quantity * (event.unit_price or 0.0)
 

@@ -75,6 +75,10 @@ class Settings(BaseSettings):
     dead_member_probes: int = Field(2, ge=1)
     #: How long a forwarded key read may take before a standby answers, in seconds.
     forward_timeout: float = Field(1.0, gt=0)
+    #: The worker's garbage collector thresholds (``gc.set_threshold``): a batch cycle
+    #: allocates hundreds of thousands of short-lived objects, and CPython's defaults
+    #: (700, 10, 10) spend a quarter of the worker's time collecting them.
+    gc_thresholds: tuple[int, int, int] = (100_000, 50, 100)
     #: Windows of sales_by_category are kept this long, in days.
     window_retention_days: float = Field(7.0, gt=0)
     nightly_cron: str = "0 2 * * *"

@@ -33,6 +33,8 @@ _PRODUCT = b"p:"
 _OFFSET = b"o:"
 #: Versions kept per SKU; older ones are dropped (enough for the catalogue's slow churn).
 MAX_VERSIONS = 32
+#: SKUs whose versions are kept decoded in memory (every sale looks its SKU up).
+CACHED_SKUS = 1 << 16
 
 
 def pick_version(versions: list[list[Any]], at_ms: int | None) -> dict[str, Any] | None:
@@ -60,6 +62,8 @@ class ProductCatalog(Service):
         self._consumer: AIOKafkaConsumer | None = None
         self._caught_up = asyncio.Event()
         self._targets: dict[TopicPartition, int] = {}
+        #: decoded versions by SKU, dropped for a SKU whenever a record of it is applied
+        self._cache: dict[str, list[list[Any]]] = {}
         self.records_applied = 0
         self.records_invalid = 0
         super().__init__(**kwargs)
@@ -67,10 +71,18 @@ class ProductCatalog(Service):
     # -- reads ------------------------------------------------------------------------
 
     def versions(self, sku: str) -> list[list[Any]]:
+        """The versions of a SKU, oldest first (shared: not to be changed)."""
+        found = self._cache.get(sku)
+        if found is not None:
+            return found
         if self._db is None:
             return []
         raw = self._db.get(_PRODUCT + sku.encode("utf-8"))
-        return orjson.loads(raw) if raw is not None else []
+        found = orjson.loads(raw) if raw is not None else []
+        if len(self._cache) >= CACHED_SKUS:
+            self._cache.clear()
+        self._cache[sku] = found
+        return found
 
     def get(self, sku: str) -> dict[str, Any] | None:
         """The newest record of a SKU, or None."""
@@ -196,6 +208,7 @@ class ProductCatalog(Service):
             self.records_applied += 1
         for db_key, versions in pending.items():
             batch.put(db_key, orjson.dumps(versions))
+            self._cache.pop(db_key[len(_PRODUCT) :].decode("utf-8", "surrogateescape"), None)
         if records:
             next_offset = str(records[-1].offset + 1).encode()
             batch.put(_OFFSET + str(partition).encode(), next_offset)

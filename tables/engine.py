@@ -396,11 +396,10 @@ class Task:
                 table_changes = view.changes()
                 table_changes[POSITION_KEY] = self._position(name)
                 changes[name] = table_changes
-        records = [
-            Output(self.tables[name].changelog_topic, key, value, self.partition)
-            for name, items in changes.items()
-            for key, value in items.items()
-        ]
+        records: list[Output] = []
+        for name, items in changes.items():
+            topic, partition = self.tables[name].changelog_topic, self.partition
+            records += [Output(topic, key, value, partition) for key, value in items.items()]
         try:
             written = await self.delivery.send([*records, *outputs], offsets)
         except Exception as exc:

@@ -22,8 +22,19 @@ record until right event time has passed ``l.ts + after + right_grace`` (and lef
 time ``l.ts + after``), a right record until left event time has passed
 ``r.ts + before + left_grace``. So whichever record of a matching pair comes second finds
 the first still buffered, in any interleaving, and an unmatched left record is final when
-it leaves. Buffered records and both watermarks live in changelogged RocksDB tables of the
-event's partition; expired records are deleted, with tombstones, as event time moves.
+it leaves.
+
+Storage, in two changelogged tables of the partition:
+
+* the **buffer**, by join key: one value per key holding the buffered records of both
+  sides (``{"l": [[ts, watermark, offset, matched, value], ...], "r": [[ts, watermark,
+  offset, value], ...]}``), so a record finds its partners with one point lookup, and a
+  payment that settles a sale rewrites one value;
+* the **index**: both watermarks, and per side the buffered records in event-time order,
+  in *chunks*: each batch writes one chunk per side and minute of event time it touched
+  (key ``c <side> <minute start> <first offset>``, value ``[[ts, offset, join key], ...]``).
+  Expiry walks the chunks of each side in time order and stops at the first minute that
+  can still hold a live record, so a batch costs a few index writes, not one per record.
 """
 
 from __future__ import annotations
@@ -37,10 +48,15 @@ Side = Literal["left", "right"]
 LEFT: Side = "left"
 RIGHT: Side = "right"
 
-_RECORD = b"k"  # k <len:2> <join key> <seq>: the buffered record
-_BY_TIME = b"t"  # t <ts:8> <seq>: the record's key, for expiry in event-time order
-_SEQ = struct.Struct(">IQ")  # source partition, source offset: unique, stable on replay
-_TS = struct.Struct(">Q")
+#: Event time covered by one index chunk.
+CHUNK_MS = 60_000
+_CHUNK = b"c"
+_SIDE_CODE: dict[Side, bytes] = {LEFT: b"l", RIGHT: b"r"}
+_CHUNK_KEY = struct.Struct(">QQ")  # minute start, first offset
+_WATERMARK_KEY: dict[Side, bytes] = {LEFT: b"wl", RIGHT: b"wr"}
+#: Fields of a buffered record: [ts, watermark, offset, ...]
+_TS, _MARK, _OFFSET = 0, 1, 2
+_LEFT_MATCHED, _LEFT_VALUE, _RIGHT_VALUE = 3, 4, 3
 
 
 @dataclass(frozen=True)
@@ -77,68 +93,42 @@ class JoinWindow:
         """Whether left event time rules out any further partner of a right record."""
         return left_time is not None and left_time - self.left_grace_ms > right_ts + self.before_ms
 
-    def matches(self, left: Buffered, right: Buffered) -> bool:
-        """Whether two records with equal join keys form a pair, in any interleaving."""
+    def matches(self, left_ts: int, left_mark: int, right_ts: int, right_mark: int) -> bool:
+        """Whether two records with equal join keys form a pair, in any interleaving:
+        each given by its ts and its side's event time when it arrived."""
         return (
-            self.contains(left.ts, right.ts)
-            and not self.left_closed(left.ts, right.watermark)
-            and not self.right_closed(right.ts, left.watermark)
+            self.contains(left_ts, right_ts)
+            and not self.left_closed(left_ts, right_mark)
+            and not self.right_closed(right_ts, left_mark)
         )
 
+    def left_limit(self, left_time: int | None, right_time: int | None) -> int | None:
+        """Left records with a ts below this are decided (None: none is yet)."""
+        if left_time is None or right_time is None:
+            return None
+        return min(left_time, right_time - self.right_grace_ms) - self.after_ms
 
-@dataclass(frozen=True)
-class Buffered:
-    """One record of one side, as the join keeps it."""
-
-    join_key: bytes
-    ts: int
-    #: Its side's event time right after it arrived (its own ts included).
-    watermark: int
-    #: Partition and offset of the source record: its identity in the buffer.
-    seq: bytes
-    value: Any
-    matched: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "join_key": self.join_key.hex(),
-            "ts": self.ts,
-            "watermark": self.watermark,
-            "seq": self.seq.hex(),
-            "value": self.value,
-            "matched": self.matched,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Buffered:
-        return cls(
-            join_key=bytes.fromhex(data["join_key"]),
-            ts=int(data["ts"]),
-            watermark=int(data["watermark"]),
-            seq=bytes.fromhex(data["seq"]),
-            value=data["value"],
-            matched=bool(data["matched"]),
-        )
+    def right_limit(self, left_time: int | None) -> int | None:
+        """Right records with a ts below this can meet no further partner."""
+        if left_time is None:
+            return None
+        return left_time - self.left_grace_ms - self.before_ms
 
 
 @dataclass
 class JoinResult:
-    """What one input record produced: matched pairs and expired unmatched left records."""
+    """What a batch produced: matched pairs and unmatched left records that are final."""
 
     pairs: list[tuple[Any, Any]] = field(default_factory=list)
     unmatched: list[Any] = field(default_factory=list)
 
 
 class PartitionStore(Protocol):
-    """One partition of a key-value store with JSON values and ordered keys."""
+    """One partition of a key-value store with JSON values (scans: in key order)."""
 
     def get(self, key: bytes) -> Any | None: ...
 
     def put(self, key: bytes, value: Any) -> None: ...
-
-    def insert(self, key: bytes, value: Any) -> None:
-        """Put a key known to be new."""
-        ...
 
     def delete(self, key: bytes) -> None: ...
 
@@ -147,148 +137,192 @@ class PartitionStore(Protocol):
         ...
 
 
-def sequence(partition: int, offset: int) -> bytes:
-    """The identity of a source record in the buffers."""
-    return _SEQ.pack(partition, offset)
+def chunk_key(side: Side, minute_ms: int, first_offset: int) -> bytes:
+    return _CHUNK + _SIDE_CODE[side] + _CHUNK_KEY.pack(minute_ms, first_offset)
 
 
-def record_key(join_key: bytes, seq: bytes) -> bytes:
-    return _RECORD + len(join_key).to_bytes(2, "big") + join_key + seq
-
-
-def _join_prefix(join_key: bytes) -> bytes:
-    return _RECORD + len(join_key).to_bytes(2, "big") + join_key
-
-
-def time_key(ts: int, seq: bytes) -> bytes:
-    return _BY_TIME + _TS.pack(ts) + seq
-
-
-def _time_of(key: bytes) -> int:
-    return int(_TS.unpack_from(key, len(_BY_TIME))[0])
+def _chunk_minute(key: bytes) -> int:
+    return int(_CHUNK_KEY.unpack_from(key, 2)[0])
 
 
 class PartitionJoin:
-    """The join state machine of one partition over three stores: left, right, watermarks."""
+    """The join of one partition for one batch: :meth:`process` each record in offset
+    order per side, then :meth:`finish` once.
 
-    def __init__(
-        self,
-        window: JoinWindow,
-        left: PartitionStore,
-        right: PartitionStore,
-        watermarks: PartitionStore,
-        partition: int,
-    ) -> None:
+    Values read from the stores are never changed in place: a store may be a view whose
+    values belong to a batch that can still be taken back.
+    """
+
+    def __init__(self, window: JoinWindow, buffer: PartitionStore, index: PartitionStore) -> None:
         self.window = window
-        self.stores = {LEFT: left, RIGHT: right}
-        self.watermarks = watermarks
-        self.partition = partition
+        self.buffer = buffer
+        self.index = index
+        self.marks: dict[Side, int | None] = {
+            LEFT: _int_or_none(index.get(_WATERMARK_KEY[LEFT])),
+            RIGHT: _int_or_none(index.get(_WATERMARK_KEY[RIGHT])),
+        }
+        self._marks_at_start = dict(self.marks)
+        self._left_limit: int | None = None
+        #: (side, minute) -> the index entries this batch adds, in offset order
+        self._chunks: dict[tuple[Side, int], list[list[Any]]] = {}
+        self.result = JoinResult()
 
     def watermark(self, side: Side) -> int | None:
         """Event time of one side on this partition: the largest ts seen, or None."""
-        value = self.watermarks.get(self._watermark_key(side))
-        return None if value is None else int(value)
+        return self.marks[side]
 
     def process(
         self, side: Side, ts: int, offset: int, join_key: bytes | None, value: Any = None
-    ) -> JoinResult:
+    ) -> None:
         """Apply one record of ``side``; a record without a join key only moves event time.
 
-        Records whose windows have closed stay buffered until :meth:`expire`, which a
-        batch calls once after its records: whether two records match depends only on
-        their own watermarks, so a record that could have been expired earlier never
-        matches a later one anyway, and the results are those of expiring after every
-        record.
+        Whether two records match depends only on their own watermarks, so records whose
+        windows have closed may stay buffered until :meth:`finish` expires them: a record
+        that could have been expired earlier never matches a later one anyway.
         """
-        result = JoinResult()
-        self._advance(side, ts)
-        marks = self._marks()
-        if join_key is not None:
-            seq = sequence(self.partition, offset)
-            watermark = marks[side]
-            assert watermark is not None  # _advance has just set it
-            record = Buffered(join_key, ts, watermark, seq, value)
-            self._admit(side, self._match(side, record, result), marks, result)
+        mark = self.marks[side]
+        if mark is None or ts > mark:
+            mark = self.marks[side] = ts
+        if join_key is None:
+            return
+        if side == LEFT:
+            self._left(join_key, ts, mark, offset, value)
+        else:
+            self._right(join_key, ts, mark, offset, value)
+
+    def finish(self) -> JoinResult:
+        """Write the batch's index chunks and watermarks, expire what no partner can
+        still match, and return the batch's pairs and final unmatched left records."""
+        for (side, minute), entries in self._chunks.items():
+            self.index.put(chunk_key(side, minute, entries[0][1]), entries)
+        self._chunks = {}
+        for side in (LEFT, RIGHT):
+            if self.marks[side] != self._marks_at_start[side]:
+                self.index.put(_WATERMARK_KEY[side], self.marks[side])
+        self._marks_at_start = dict(self.marks)
+        self._left_limit = self.window.left_limit(self.marks[LEFT], self.marks[RIGHT])
+        self._expire(LEFT, self._left_limit)  # first: see _drop
+        self._expire(RIGHT, self.window.right_limit(self.marks[LEFT]))
+        result, self.result = self.result, JoinResult()
         return result
 
-    def expire(self) -> list[Any]:
-        """Drop every record no partner can still match; return the left records among
-        them that matched nothing."""
-        result = JoinResult()
-        self._expire(self._marks(), result)
-        return result.unmatched
-
     def buffered(self, side: Side) -> int:
-        """How many records of ``side`` this partition holds."""
-        return sum(1 for _ in self.stores[side].scan(_RECORD))
+        """How many records of ``side`` this partition holds (written by :meth:`finish`)."""
+        prefix = _CHUNK + _SIDE_CODE[side]
+        return sum(len(entries) for _, entries in self.index.scan(prefix))
 
-    def _watermark_key(self, side: Side) -> bytes:
-        return f"{side}:{self.partition}".encode()
+    # -- one record ------------------------------------------------------------------
 
-    def _advance(self, side: Side, ts: int) -> None:
-        current = self.watermark(side)
-        if current is None or current < ts:
-            self.watermarks.put(self._watermark_key(side), ts)
-
-    def _marks(self) -> dict[Side, int | None]:
-        return {LEFT: self.watermark(LEFT), RIGHT: self.watermark(RIGHT)}
-
-    def _match(self, side: Side, record: Buffered, result: JoinResult) -> Buffered:
-        other_side: Side = RIGHT if side == LEFT else LEFT
-        other = self.stores[other_side]
-        for key, data in list(other.scan(_join_prefix(record.join_key))):
-            partner = Buffered.from_json(data)
-            left, right = (record, partner) if side == LEFT else (partner, record)
-            if not self.window.matches(left, right):
-                continue
-            result.pairs.append((left.value, right.value))
-            if side == LEFT:
-                record = _with_match(record)
-            elif not partner.matched:
-                other.put(key, _with_match(partner).to_json())
-        return record
-
-    def _admit(
-        self, side: Side, record: Buffered, marks: dict[Side, int | None], result: JoinResult
-    ) -> None:
-        if self._expired(side, record.ts, marks):
-            # Already past its window on both sides: never stored, so no changelog churn.
-            if side == LEFT and not record.matched:
-                result.unmatched.append(record.value)
+    def _left(self, join_key: bytes, ts: int, mark: int, offset: int, value: Any) -> None:
+        found = self.buffer.get(join_key)
+        lefts: list[Any] = found.get("l", []) if found else []
+        if any(entry[_OFFSET] == offset for entry in lefts):
+            return  # applied before: the record was fetched again
+        matched = False
+        for right in found.get("r", ()) if found else ():
+            if self.window.matches(ts, mark, right[_TS], right[_MARK]):
+                self.result.pairs.append((value, right[_RIGHT_VALUE]))
+                matched = True
+        if self.window.left_closed(ts, self.marks[RIGHT]) and self.window.left_passed(
+            ts, self.marks[LEFT]
+        ):
+            # Past its window on both sides already: decided, never stored.
+            if not matched:
+                self.result.unmatched.append(value)
             return
-        store = self.stores[side]
-        key = record_key(record.join_key, record.seq)
-        if store.get(key) is not None:
-            return  # applied before (the record was fetched again)
-        store.insert(key, record.to_json())
-        store.insert(time_key(record.ts, record.seq), key.hex())
+        entry = [ts, mark, offset, int(matched), value]
+        self.buffer.put(join_key, {**(found or {}), "l": [*lefts, entry]})
+        self._index(LEFT, ts, offset, join_key)
 
-    def _expired(self, side: Side, ts: int, marks: dict[Side, int | None]) -> bool:
-        """Whether no partner can still match a record of ``side`` at ``ts``, and (for a
-        left record) event time on both sides has passed its window."""
-        if side == RIGHT:
-            return self.window.right_closed(ts, marks[LEFT])
-        return self.window.left_closed(ts, marks[RIGHT]) and self.window.left_passed(
-            ts, marks[LEFT]
-        )
+    def _right(self, join_key: bytes, ts: int, mark: int, offset: int, value: Any) -> None:
+        found = self.buffer.get(join_key)
+        rights: list[Any] = found.get("r", []) if found else []
+        if any(entry[_OFFSET] == offset for entry in rights):
+            return  # applied before: the record was fetched again
+        lefts: list[Any] = found.get("l", []) if found else []
+        settled = False
+        for i, left in enumerate(lefts):
+            if self.window.matches(left[_TS], left[_MARK], ts, mark):
+                self.result.pairs.append((left[_LEFT_VALUE], value))
+                if not left[_LEFT_MATCHED]:
+                    lefts = [*lefts[:i], [*left[:_LEFT_MATCHED], 1, *left[4:]], *lefts[i + 1 :]]
+                    settled = True
+        if self.window.right_closed(ts, self.marks[LEFT]):
+            if settled:  # never stored itself, but it settled a buffered left record
+                self.buffer.put(join_key, {**(found or {}), "l": lefts})
+            return
+        entry = [ts, mark, offset, value]
+        stored: dict[str, Any] = {"r": [*rights, entry]}
+        if lefts:
+            stored["l"] = lefts
+        self.buffer.put(join_key, stored)
+        self._index(RIGHT, ts, offset, join_key)
 
-    def _expire(self, marks: dict[Side, int | None], result: JoinResult) -> None:
-        for side in (LEFT, RIGHT):
-            store = self.stores[side]
-            done: list[tuple[bytes, bytes]] = []
-            for index_key, record_hex in store.scan(_BY_TIME):
-                if not self._expired(side, _time_of(index_key), marks):
-                    break
-                done.append((index_key, bytes.fromhex(record_hex)))
-            for index_key, key in done:
-                data = store.get(key)
-                if side == LEFT and data is not None and not data["matched"]:
-                    result.unmatched.append(data["value"])
-                store.delete(key)
-                store.delete(index_key)
+    def _index(self, side: Side, ts: int, offset: int, join_key: bytes) -> None:
+        minute = ts - ts % CHUNK_MS
+        entries = self._chunks.get((side, minute))
+        if entries is None:
+            entries = self._chunks[(side, minute)] = []
+        entries.append([ts, offset, join_key.decode("utf-8", "surrogateescape")])
+
+    # -- expiry -------------------------------------------------------------------------
+
+    def _expire(self, side: Side, limit: int | None) -> None:
+        """Drop the records of ``side`` with a ts below ``limit``; report the left ones
+        that matched nothing."""
+        if limit is None:
+            return
+        rewritten: list[tuple[bytes, list[Any]]] = []
+        gone: list[bytes] = []
+        for key, entries in self.index.scan(_CHUNK + _SIDE_CODE[side]):
+            if _chunk_minute(key) >= limit:
+                break
+            kept = [e for e in entries if e[0] >= limit]
+            for ts, offset, join_key in entries:
+                if ts < limit:
+                    self._drop(side, join_key.encode("utf-8", "surrogateescape"), offset)
+            if kept:
+                if len(kept) < len(entries):
+                    rewritten.append((key, kept))
+            else:
+                gone.append(key)
+        for key, kept in rewritten:
+            self.index.put(key, kept)
+        for key in gone:
+            self.index.delete(key)
+
+    def _drop(self, side: Side, join_key: bytes, offset: int) -> None:
+        found = self.buffer.get(join_key)
+        if not found:
+            return
+        lefts: list[Any] = found.get("l", [])
+        rights: list[Any] = found.get("r", [])
+        if side == LEFT:
+            for entry in lefts:
+                if entry[_OFFSET] == offset and not entry[_LEFT_MATCHED]:
+                    self.result.unmatched.append(entry[_LEFT_VALUE])
+            if rights:
+                # Left as it is: an expired left record can match no later right record,
+                # and it goes when the right records do (saving a write per settled sale).
+                return
+            lefts = [e for e in lefts if e[_OFFSET] != offset]
+        else:
+            rights = [e for e in rights if e[_OFFSET] != offset]
+            if not rights:
+                # Every left record below the limit has been expired (and reported) in
+                # this batch's left pass already: what is left of them goes now.
+                limit = self._left_limit
+                lefts = [e for e in lefts if limit is None or e[_TS] >= limit]
+        if not lefts and not rights:
+            self.buffer.delete(join_key)
+            return
+        rest: dict[str, Any] = {}
+        if lefts:
+            rest["l"] = lefts
+        if rights:
+            rest["r"] = rights
+        self.buffer.put(join_key, rest)
 
 
-def _with_match(record: Buffered) -> Buffered:
-    return Buffered(
-        record.join_key, record.ts, record.watermark, record.seq, record.value, matched=True
-    )
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import orjson
 from sortedcontainers import SortedDict
@@ -58,9 +58,8 @@ class Record:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Output:
-    """A record a batch produces, serialized."""
+class Output(NamedTuple):
+    """A record a batch produces, serialized (a named tuple: a cycle makes many)."""
 
     topic: str
     key: bytes | None

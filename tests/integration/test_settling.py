@@ -22,7 +22,13 @@ import pytest
 from aiokafka.partitioner import murmur2
 
 from tests.support.kafka import TEST_PORT, LocalKafka, local_kafka
-from tests.support.kafka_io import changelog_state, produce, read_topic, wait_for
+from tests.support.kafka_io import (
+    changelog_partitions,
+    changelog_state,
+    produce,
+    read_topic,
+    wait_for,
+)
 from tests.support.workers import Worker
 
 pytestmark = pytest.mark.integration
@@ -51,7 +57,7 @@ class Dataset:
     unsettled: dict[bytes, int] = field(default_factory=dict)
 
     def watermarks(self, side: str) -> dict[bytes, int]:
-        """Event time per partition once a topic is consumed: settling_watermarks' keys."""
+        """Event time per partition once a topic is consumed (``side:partition``)."""
         records = self.sales if side == "left" else self.payments
         marks: dict[bytes, int] = {}
         for key, value in records:
@@ -182,7 +188,14 @@ def settled_pairs(kafka: LocalKafka) -> Counter[tuple[str, str]]:
 
 
 def watermarks(kafka: LocalKafka) -> dict[bytes, int]:
-    return {k: int(v) for k, v in changelog_state(kafka.bootstrap, "settling_watermarks").items()}
+    """Each partition's event time per side, from the join index's changelog."""
+    names = {b"wl": "left", b"wr": "right"}
+    return {
+        f"{names[key]}:{partition}".encode(): int(value)
+        for partition, items in changelog_partitions(kafka.bootstrap, "settling_index").items()
+        for key, value in items.items()
+        if key in names
+    }
 
 
 def wait_consumed(kafka: LocalKafka, marks: dict[bytes, int], timeout: float = 120) -> None:
@@ -191,14 +204,28 @@ def wait_consumed(kafka: LocalKafka, marks: dict[bytes, int], timeout: float = 1
 
 
 def buffered(kafka: LocalKafka) -> dict[str, int]:
-    """Records held in each side's buffer, as the changelogs would restore them."""
-    return {
-        side: sum(1 for key in changelog_state(kafka.bootstrap, table) if key[:1] == b"k")
-        for side, table in (
-            ("sales", "settling_sales_buffer"),
-            ("payments", "settling_payments_buffer"),
-        )
-    }
+    """Records held on each side of the join, as the changelogs would restore them (the
+    entries of the join's index)."""
+    held = {"sales": 0, "payments": 0}
+    for items in changelog_partitions(kafka.bootstrap, "settling_index").values():
+        for key, entries in items.items():
+            if key[:2] in (b"cl", b"cr"):
+                held["sales" if key[:2] == b"cl" else "payments"] += len(entries)
+    return held
+
+
+def assert_index_and_buffer_agree(kafka: LocalKafka) -> None:
+    """Every record the index holds is in the buffer (read while the worker is idle: the
+    two changelogs are read one after the other)."""
+    buffer = changelog_partitions(kafka.bootstrap, "settling_buffer")
+    for partition, items in changelog_partitions(kafka.bootstrap, "settling_index").items():
+        for key, entries in items.items():
+            if key[:2] not in (b"cl", b"cr"):
+                continue
+            code = "l" if key[:2] == b"cl" else "r"
+            for _ts, offset, join_key in entries:
+                stored = buffer.get(partition, {}).get(join_key.encode(), {}).get(code, [])
+                assert any(e[2] == offset for e in stored), f"{join_key}@{offset} not buffered"
 
 
 def owned_partitions(worker: Worker) -> set[int]:
@@ -380,7 +407,9 @@ def test_buffers_stay_bounded_over_a_long_run(tmp_path: Path) -> None:
             wait_consumed(kafka, Dataset(sales, payments).watermarks("left"), 240)
             wait_consumed(kafka, Dataset(sales, payments).watermarks("right"), 240)
             sizes.append(buffered(kafka))
+            assert_index_and_buffer_agree(kafka)  # both topics consumed: the worker is idle
         assert_result(kafka, data, timeout=240)
+        assert_index_and_buffer_agree(kafka)
     print("buffered records after each sixth:", sizes)
     # A sale every 20 s: ten minutes of event time hold about 30 sales and 36 payments.
     assert max(s["sales"] for s in sizes) <= 120

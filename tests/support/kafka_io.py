@@ -156,6 +156,22 @@ def changelog_state(bootstrap: str, table: str) -> dict[bytes, Any]:
     return state
 
 
+def changelog_partitions(bootstrap: str, table: str) -> dict[int, dict[bytes, Any]]:
+    """Latest value per key of each partition of a table's changelog (tables whose keys
+    repeat from partition to partition, such as a join's index)."""
+    state: dict[int, dict[bytes, Any]] = {}
+    for record in read_topic(bootstrap, f"streamstate-{table}-changelog"):
+        assert record.key is not None
+        if record.key == POSITION_KEY:
+            continue
+        partition = state.setdefault(record.partition, {})
+        if record.value is None:
+            partition.pop(record.key, None)
+        else:
+            partition[record.key] = orjson.loads(record.value)
+    return state
+
+
 def changelog_values(bootstrap: str, table: str, key: bytes) -> list[Any]:
     """Every value one key of a table took, in changelog order (None: deleted)."""
     records = sorted(

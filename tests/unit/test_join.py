@@ -24,7 +24,8 @@ WINDOW = JoinWindow(before_ms=0, after_ms=10 * MIN)
 
 
 class RdictStore:
-    """A PartitionStore over one key namespace of a real RocksDB database."""
+    """A PartitionStore over one key namespace of a real RocksDB database (the engine's
+    views add a batch's pending writes on top; this writes through at once)."""
 
     def __init__(self, db: Rdict, namespace: bytes) -> None:
         self.db = db
@@ -36,9 +37,6 @@ class RdictStore:
 
     def put(self, key: bytes, value: Any) -> None:
         self.db[self.namespace + key] = orjson.dumps(value)
-
-    def insert(self, key: bytes, value: Any) -> None:
-        self.put(key, value)
 
     def delete(self, key: bytes) -> None:
         del self.db[self.namespace + key]
@@ -62,17 +60,29 @@ class Rec:
     name: str
 
 
-def open_join(path: Path, window: JoinWindow = WINDOW, partition: int = 0) -> PartitionJoin:
+@dataclass
+class Stores:
+    """The join's two stores on one RocksDB database; each batch opens a PartitionJoin."""
+
+    window: JoinWindow
+    buffer: RdictStore
+    index: RdictStore
+
+    def batch(self) -> PartitionJoin:
+        return PartitionJoin(self.window, self.buffer, self.index)
+
+    def buffered(self, side: Side) -> int:
+        return self.batch().buffered(side)
+
+    def watermark(self, side: Side) -> int | None:
+        return self.batch().watermark(side)
+
+
+def open_join(path: Path, window: JoinWindow = WINDOW) -> Stores:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     db = Rdict(str(path), options=options)
-    return PartitionJoin(
-        window,
-        RdictStore(db, b"L/"),
-        RdictStore(db, b"R/"),
-        RdictStore(db, b"W/"),
-        partition,
-    )
+    return Stores(window, RdictStore(db, b"B/"), RdictStore(db, b"I/"))
 
 
 @dataclass
@@ -81,16 +91,17 @@ class Outcome:
     unmatched: Counter[str]
 
 
-def run(join: PartitionJoin, records: list[Rec], batch: int = 1) -> Outcome:
-    """Apply ``records`` in batches of ``batch`` records, expiring after each batch."""
+def run(stores: Stores, records: list[Rec], batch: int = 1) -> Outcome:
+    """Apply ``records`` in batches of ``batch`` records, each finished (expired) alone."""
     outcome = Outcome(Counter(), Counter())
-    for n, rec in enumerate(records, 1):
-        key = None if rec.key is None else rec.key.encode()
-        result = join.process(rec.side, rec.ts, rec.offset, key, rec.name)
+    for start in range(0, len(records), batch):
+        join = stores.batch()
+        for rec in records[start : start + batch]:
+            key = None if rec.key is None else rec.key.encode()
+            join.process(rec.side, rec.ts, rec.offset, key, rec.name)
+        result = join.finish()
         outcome.pairs.update(result.pairs)
         outcome.unmatched.update(result.unmatched)
-        if n % batch == 0 or n == len(records):
-            outcome.unmatched.update(join.expire())
     return outcome
 
 
@@ -107,7 +118,7 @@ def payment(offset: int, ts: int, sale_event_id: str, name: str) -> Rec:
 
 
 @pytest.fixture
-def join(tmp_path: Path) -> PartitionJoin:
+def join(tmp_path: Path) -> Stores:
     return open_join(tmp_path / "db")
 
 
@@ -155,17 +166,17 @@ def test_payment_in_window_settles_its_sale_whichever_comes_first(tmp_path: Path
         assert not outcome.unmatched
 
 
-def test_payment_after_the_window_settles_nothing(join: PartitionJoin) -> None:
+def test_payment_after_the_window_settles_nothing(join: Stores) -> None:
     outcome = run(join, [sale(0, 0, "e1"), payment(0, 10 * MIN + 1, "e1", "p1")])
     assert not outcome.pairs
 
 
-def test_payment_for_another_sale_settles_nothing(join: PartitionJoin) -> None:
+def test_payment_for_another_sale_settles_nothing(join: Stores) -> None:
     outcome = run(join, [sale(0, 0, "e1"), payment(0, MIN, "e2", "p1")])
     assert not outcome.pairs
 
 
-def test_every_payment_of_a_sale_pairs_once(join: PartitionJoin) -> None:
+def test_every_payment_of_a_sale_pairs_once(join: Stores) -> None:
     outcome = run(
         join,
         [payment(0, MIN, "e1", "p1"), sale(0, 0, "e1"), payment(1, 2 * MIN, "e1", "p2")],
@@ -173,7 +184,7 @@ def test_every_payment_of_a_sale_pairs_once(join: PartitionJoin) -> None:
     assert outcome.pairs == Counter({("e1", "p1"): 1, ("e1", "p2"): 1})
 
 
-def test_replayed_record_does_not_duplicate_the_buffer(join: PartitionJoin) -> None:
+def test_replayed_record_does_not_duplicate_the_buffer(join: Stores) -> None:
     run(join, [sale(7, 0, "e1"), sale(7, 0, "e1")])
     assert join.buffered(LEFT) == 1
 
@@ -181,7 +192,7 @@ def test_replayed_record_does_not_duplicate_the_buffer(join: PartitionJoin) -> N
 # -- unmatched sales -----------------------------------------------------------------
 
 
-def test_unmatched_sale_waits_for_event_time_on_both_sides(join: PartitionJoin) -> None:
+def test_unmatched_sale_waits_for_event_time_on_both_sides(join: Stores) -> None:
     first = run(join, [sale(0, 0, "e1"), restock(1, 10 * MIN + 1)])
     assert not first.unmatched  # payments' event time has not passed the window yet
     second = run(join, [payment(0, 10 * MIN, "other", "p9")])
@@ -190,7 +201,7 @@ def test_unmatched_sale_waits_for_event_time_on_both_sides(join: PartitionJoin) 
     assert third.unmatched == Counter({"e1": 1})
 
 
-def test_unmatched_sale_is_reported_once(join: PartitionJoin) -> None:
+def test_unmatched_sale_is_reported_once(join: Stores) -> None:
     outcome = run(
         join,
         [sale(0, 0, "e1"), restock(1, 20 * MIN), payment(0, 20 * MIN, "x", "p")]
@@ -199,7 +210,7 @@ def test_unmatched_sale_is_reported_once(join: PartitionJoin) -> None:
     assert outcome.unmatched == Counter({"e1": 1})
 
 
-def test_settled_sale_is_not_reported_unmatched(join: PartitionJoin) -> None:
+def test_settled_sale_is_not_reported_unmatched(join: Stores) -> None:
     outcome = run(
         join,
         [
@@ -213,7 +224,7 @@ def test_settled_sale_is_not_reported_unmatched(join: PartitionJoin) -> None:
 
 
 def test_sale_arriving_after_both_sides_passed_it_is_reported_at_once(
-    join: PartitionJoin,
+    join: Stores,
 ) -> None:
     run(join, [restock(0, 60 * MIN), payment(0, 60 * MIN, "x", "p")])
     outcome = run(join, [sale(1, 0, "late")])
@@ -271,7 +282,7 @@ def test_left_grace_lets_a_disordered_sale_meet_its_payment(tmp_path: Path) -> N
 # -- bounded state -------------------------------------------------------------------
 
 
-def test_expired_records_leave_the_buffers(join: PartitionJoin) -> None:
+def test_expired_records_leave_the_buffers(join: Stores) -> None:
     for i in range(200):
         ts = i * MIN
         run(join, [sale(i, ts, f"e{i}"), payment(i, ts + (i % 3) * 6 * MIN, f"e{i}", f"p{i}")])
@@ -280,7 +291,31 @@ def test_expired_records_leave_the_buffers(join: PartitionJoin) -> None:
         assert join.buffered(RIGHT) <= 12
 
 
-def test_watermarks_are_kept_per_side(join: PartitionJoin) -> None:
+def test_every_buffered_value_goes_once_both_sides_have_passed_it(join: Stores) -> None:
+    records = []
+    for i in range(60):
+        records.append(sale(i, i * MIN, f"e{i}"))
+        records.append(payment(2 * i, i * MIN + (i % 4) * 3 * MIN, f"e{i}", f"p{i}"))
+        records.append(payment(2 * i + 1, i * MIN + 11 * MIN, f"e{i}", f"late{i}"))
+    run(join, records, batch=7)
+    assert join.buffered(LEFT) > 0  # the last ten minutes are still open
+    run(join, [payment(1000, 200 * MIN, "x", "p"), restock(1000, 300 * MIN)])
+    assert join.buffered(LEFT) == join.buffered(RIGHT) == 0
+    assert list(join.buffer.scan(b"")) == []  # no value left behind by an expired sale
+    assert [k for k, _ in join.index.scan(b"")] == [b"wl", b"wr"]
+
+
+def test_a_batch_writes_one_index_chunk_per_side_and_minute(join: Stores) -> None:
+    records = [sale(i, 5 * MIN + i, f"e{i}") for i in range(100)]
+    records += [payment(i, 5 * MIN + 200 + i, f"e{i}", f"p{i}") for i in range(50)]
+    run(join, records, batch=len(records))
+    chunks = [k for k, _ in join.index.scan(b"c")]
+    assert len(chunks) == 2
+    assert join.buffered(LEFT) == 100
+    assert join.buffered(RIGHT) == 50
+
+
+def test_watermarks_are_kept_per_side(join: Stores) -> None:
     run(join, [restock(0, 5), payment(0, 9, "x", "p"), restock(1, 3)])
     assert join.watermark(LEFT) == 5
     assert join.watermark(RIGHT) == 9

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
+from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.models import ItemEvent
 from core.semantics import (
     HOUR_MS,
     InvalidEvent,
     add_sale,
+    add_to_inventory,
     apply_inventory,
     ascii_token_counts,
     category_of,
@@ -21,11 +26,14 @@ from core.semantics import (
     parse_item_event,
     parse_payment,
     parse_product,
+    read_item_event,
+    read_payment,
     sale_revenue,
     stock_delta,
     tokenize,
     tokenize_bytes,
     window_start,
+    working_inventory,
 )
 
 
@@ -180,3 +188,124 @@ def test_sales_add_units_and_revenue() -> None:
 def test_unknown_sku_counts_as_unknown_category() -> None:
     assert category_of(None) == "unknown"
     assert category_of({"sku": "A", "name": "n", "category": "bakery"}) == "bakery"
+
+
+# -- the stream's fast reading: the same verdicts as the pydantic schemas ---------------
+
+_TEXTS = st.one_of(
+    st.text(max_size=3),
+    st.text(min_size=255, max_size=258),
+    st.sampled_from(["", "e-1", "s", "\ud800x", "😀" * 256, "😀" * 257]),
+)
+#: Values at and beyond every bound of the schemas, and values of the wrong kind.
+_WRONG = [None, "1", [], {}, float("nan"), float("inf"), -float("inf")]
+_BOUNDS = {
+    "quantity": [0, 1, -1, 3.0, 1_000_000, 1_000_001, -1_000_000, -1_000_001, 2**64],
+    "unit_price": [0, 2, -0.0, -1e-9, 1e9, 1e9 + 1e-6, 10**9, 10**9 + 1, 5e-324, 2**70],
+    "amount": [0, 2, -0.0, -1e-9, 1e12, 1e12 + 1, 10**12, 10**12 + 1, 2**70],
+    "ts": [0, -1, 1.0, 253_402_300_799_999, 253_402_300_800_000, 2**63, 2**64],
+    "kind": ["sale", "restock", "adjust", "Sale", "", 0],
+}
+
+
+def _field_values(name: str) -> st.SearchStrategy[object]:
+    edges = st.sampled_from([*_BOUNDS.get(name, []), *_WRONG])
+    numbers = st.one_of(st.integers(-(2**70), 2**70), st.floats())
+    # Booleans apart: sampled_from takes True for the 1 it equals.
+    return st.one_of(edges, edges, edges, st.booleans(), _TEXTS, numbers)
+
+
+@st.composite
+def _mutations(draw: st.DrawFn, names: list[str]) -> dict[str, object]:
+    """One or two fields set to edge values."""
+    chosen = draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True))
+    return {name: draw(_field_values(name)) for name in chosen}
+
+
+def _json(fields: dict[str, object], drop: list[str], duplicate: str | None) -> bytes:
+    """A JSON object; NaN and infinities as Python writes them, a key maybe twice."""
+    parts = [
+        f"{json.dumps(k)}: {json.dumps(v, allow_nan=True)}"
+        for k, v in fields.items()
+        if k not in drop
+    ]
+    if duplicate is not None and duplicate in fields:
+        parts.insert(0, f'{json.dumps(duplicate)}: "first"')
+    return ("{" + ", ".join(parts) + "}").encode("utf-8", "surrogatepass")
+
+
+def _verdict(read: Any, raw: bytes) -> tuple[str, Any]:
+    try:
+        return "ok", read(raw)
+    except InvalidEvent as error:
+        return "bad", error.reason
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    overrides=_mutations(["event_id", "store_id", "sku", "kind", "quantity", "unit_price", "ts"]),
+    drop=st.lists(st.sampled_from(["unit_price", "quantity", "event_id", "ts"]), max_size=1),
+    duplicate=st.one_of(st.none(), st.sampled_from(["event_id", "kind"])),
+    extra=st.one_of(st.none(), st.booleans(), st.sampled_from([*_WRONG, 2**70])),
+)
+def test_read_item_event_agrees_with_the_schema(
+    overrides: dict[str, object], drop: list[str], duplicate: str | None, extra: object
+) -> None:
+    fields = {**sale(), **overrides}
+    if extra is not None:
+        fields["note"] = extra
+    raw = _json(fields, drop, duplicate)
+    fast, schema = _verdict(read_item_event, raw), _verdict(parse_item_event, raw)
+    assert fast[0] == schema[0], (fast, schema)
+    if schema[0] == "bad":
+        assert fast == schema
+    else:
+        assert fast[1][:7] == tuple(schema[1].model_dump().values())
+        assert type(fast[1].unit_price) is type(schema[1].unit_price)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    overrides=_mutations(["payment_id", "sale_event_id", "store_id", "amount", "ts"]),
+    drop=st.lists(st.sampled_from(["amount", "ts", "payment_id"]), max_size=1),
+)
+def test_read_payment_agrees_with_the_schema(overrides: dict[str, object], drop: list[str]) -> None:
+    fields: dict[str, object] = {
+        "payment_id": "p-1",
+        "sale_event_id": "e-1",
+        "store_id": "store-001",
+        "amount": 2.5,
+        "ts": 1_700_000_000_000,
+        **overrides,
+    }
+    raw = _json(fields, drop, None)
+    fast, schema = _verdict(read_payment, raw), _verdict(parse_payment, raw)
+    assert fast[0] == schema[0], (fast, schema)
+    if schema[0] == "bad":
+        assert fast == schema
+    else:
+        assert fast[1][:5] == tuple(schema[1].model_dump().values())
+
+
+def test_read_item_event_keeps_the_record_as_sent() -> None:
+    raw = orjson.dumps({**sale(), "note": "kept", "unit_price": 2})
+    event = read_item_event(raw)
+    assert event.unit_price == 2.0
+    assert type(event.unit_price) is float
+    assert event.record == {**sale(), "note": "kept", "unit_price": 2}
+
+
+def test_in_place_inventory_equals_the_pure_function() -> None:
+    changes = [("a", 2, 5), ("b", 1, 3), ("a", 3, 9)]
+    events = [read_item_event(orjson.dumps(sale(sku=s, quantity=q, ts=t))) for s, q, t in changes]
+    pure: dict[str, object] | None = None
+    working = working_inventory(None, "store-001")
+    for event in events:
+        pure = apply_inventory(pure, event)
+        add_to_inventory(working, event)
+    assert (
+        working == pure == {"store_id": "store-001", "on_hand": {"a": -5, "b": -1}, "updated_at": 9}
+    )
+    snapshot = orjson.dumps(pure)
+    add_to_inventory(working_inventory(pure, "store-001"), events[0])
+    assert orjson.dumps(pure) == snapshot  # the working copy shares nothing with it
