@@ -53,7 +53,7 @@ def settle(batch: Batch, *, max_bytes: int, window: JoinWindow = SETTLE_WINDOW) 
             # invalid ones; doing it here too would put every bad record in the DLQ twice.
             continue
         if item.kind == "sale":
-            join.process(LEFT, item.ts, record.offset, item.event_id.encode(), item.record)
+            join.process(LEFT, item.ts, record.offset, item.event_id, item.record)
         else:  # restocks and adjustments only move the topic's event time
             join.process(LEFT, item.ts, record.offset, None)
     for record in batch.of(PAYMENTS):
@@ -63,8 +63,7 @@ def settle(batch: Batch, *, max_bytes: int, window: JoinWindow = SETTLE_WINDOW) 
         except InvalidEvent as error:
             batch.dead_letter(record, error.reason)
             continue
-        key = payment.sale_event_id.encode()
-        join.process(RIGHT, payment.ts, record.offset, key, payment.record)
+        join.process(RIGHT, payment.ts, record.offset, payment.sale_event_id, payment.record)
     result = join.finish()
     for sale, payment_value in result.pairs:
         pair = orjson.dumps({"sale": sale, "payment": payment_value})

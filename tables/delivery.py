@@ -55,7 +55,7 @@ async def _partitioned(
 ) -> dict[TP, list[Output]]:
     """The outputs grouped by the partition they go to, in order."""
     counts: dict[str, int] = {}
-    grouped: dict[TP, list[Output]] = {}
+    grouped: dict[tuple[str, int], list[Output]] = {}
     for out in outputs:
         partition = out.partition
         if partition is None:
@@ -66,8 +66,11 @@ async def _partitioned(
                 partition = random.randrange(count)
             else:
                 partition = _keyed_partition(out.key, count)
-        grouped.setdefault(TP(out.topic, partition), []).append(out)
-    return grouped
+        group = grouped.get((out.topic, partition))
+        if group is None:
+            group = grouped[(out.topic, partition)] = []
+        group.append(out)
+    return {TP(topic, partition): group for (topic, partition), group in grouped.items()}
 
 
 def _append(batch: Any, out: Output) -> bool:

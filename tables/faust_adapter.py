@@ -624,7 +624,36 @@ class TrackedRecovery(Recovery):
             self.stats.standby_records += 1
 
     async def _build_offsets(self, consumer: Any, tps: Any, destination: Any, title: str) -> None:
-        await super()._build_offsets(consumer, tps, destination, title)
+        """faust's start offsets of a restore: the offset each partition database holds,
+        or the log start when compaction or retention has removed what lies before.
+
+        faust asks the group's consumer for the log starts, and that request queues behind
+        the consumer's long-polling fetches on the same connection (a second here at
+        every assignment); the recovery's own consumer answers at once.
+        """
+        if not tps:
+            return
+        try:
+            helper = await self._ends_consumer()
+            starts = await helper.beginning_offsets([KafkaTP(t.topic, t.partition) for t in tps])
+        except Exception as exc:  # the broker did not answer: faust's own way
+            logger.warning("log start offsets unavailable (%r): asking the group's consumer", exc)
+            await super()._build_offsets(consumer, tps, destination, title)
+        else:
+            for tp in tps:
+                start = starts.get(KafkaTP(tp.topic, tp.partition))
+                earliest = None if start is None else start - 1
+                held = destination[tp]
+                if held is None:
+                    destination[tp] = -1 if earliest is None else earliest
+                elif earliest is not None:
+                    destination[tp] = max(held, earliest)
+            logger.info(
+                "%s offsets at start of reading: %d changelog partitions, %d records held",
+                title,
+                len(tps),
+                sum(max(0, v + 1) for tp, v in destination.items() if tp in tps),
+            )
         if title == "active" and tps:
             await self._bulk_restore(destination)
 
@@ -659,9 +688,13 @@ class TrackedRecovery(Recovery):
         )
 
     async def _ends_consumer(self) -> AIOKafkaConsumer:
-        """A ``read_committed`` consumer of the recovery's own, for end offsets."""
+        """A ``read_committed`` consumer of the recovery's own, for start and end offsets.
+
+        It retries a partition whose metadata it lacks every 10 ms, not aiokafka's 100 ms:
+        its first request names topics it has not seen yet.
+        """
         if self._ends is None:
-            consumer = self._reader()
+            consumer = self._reader(retry_backoff_ms=10)
             await consumer.start()
             self._ends = consumer
         return self._ends

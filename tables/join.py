@@ -172,9 +172,10 @@ class PartitionJoin:
         return self.marks[side]
 
     def process(
-        self, side: Side, ts: int, offset: int, join_key: bytes | None, value: Any = None
+        self, side: Side, ts: int, offset: int, join_key: str | None, value: Any = None
     ) -> None:
         """Apply one record of ``side``; a record without a join key only moves event time.
+        (Join keys are text; the buffer stores them UTF-8 encoded.)
 
         Whether two records match depends only on their own watermarks, so records whose
         windows have closed may stay buffered until :meth:`finish` expires them: a record
@@ -213,16 +214,19 @@ class PartitionJoin:
 
     # -- one record ------------------------------------------------------------------
 
-    def _left(self, join_key: bytes, ts: int, mark: int, offset: int, value: Any) -> None:
-        found = self.buffer.get(join_key)
-        lefts: list[Any] = found.get("l", []) if found else []
-        if any(entry[_OFFSET] == offset for entry in lefts):
-            return  # applied before: the record was fetched again
+    def _left(self, join_key: str, ts: int, mark: int, offset: int, value: Any) -> None:
+        key = join_key.encode()
+        found = self.buffer.get(key)
+        lefts: list[Any] = []
         matched = False
-        for right in found.get("r", ()) if found else ():
-            if self.window.matches(ts, mark, right[_TS], right[_MARK]):
-                self.result.pairs.append((value, right[_RIGHT_VALUE]))
-                matched = True
+        if found:
+            lefts = found.get("l", [])
+            if any(entry[_OFFSET] == offset for entry in lefts):
+                return  # applied before: the record was fetched again
+            for right in found.get("r", ()):
+                if self.window.matches(ts, mark, right[_TS], right[_MARK]):
+                    self.result.pairs.append((value, right[_RIGHT_VALUE]))
+                    matched = True
         if self.window.left_closed(ts, self.marks[RIGHT]) and self.window.left_passed(
             ts, self.marks[LEFT]
         ):
@@ -231,11 +235,12 @@ class PartitionJoin:
                 self.result.unmatched.append(value)
             return
         entry = [ts, mark, offset, int(matched), value]
-        self.buffer.put(join_key, {**(found or {}), "l": [*lefts, entry]})
+        self.buffer.put(key, {**found, "l": [*lefts, entry]} if found else {"l": [entry]})
         self._index(LEFT, ts, offset, join_key)
 
-    def _right(self, join_key: bytes, ts: int, mark: int, offset: int, value: Any) -> None:
-        found = self.buffer.get(join_key)
+    def _right(self, join_key: str, ts: int, mark: int, offset: int, value: Any) -> None:
+        key = join_key.encode()
+        found = self.buffer.get(key)
         rights: list[Any] = found.get("r", []) if found else []
         if any(entry[_OFFSET] == offset for entry in rights):
             return  # applied before: the record was fetched again
@@ -249,21 +254,21 @@ class PartitionJoin:
                     settled = True
         if self.window.right_closed(ts, self.marks[LEFT]):
             if settled:  # never stored itself, but it settled a buffered left record
-                self.buffer.put(join_key, {**(found or {}), "l": lefts})
+                self.buffer.put(key, {**(found or {}), "l": lefts})
             return
         entry = [ts, mark, offset, value]
         stored: dict[str, Any] = {"r": [*rights, entry]}
         if lefts:
             stored["l"] = lefts
-        self.buffer.put(join_key, stored)
+        self.buffer.put(key, stored)
         self._index(RIGHT, ts, offset, join_key)
 
-    def _index(self, side: Side, ts: int, offset: int, join_key: bytes) -> None:
+    def _index(self, side: Side, ts: int, offset: int, join_key: str) -> None:
         minute = ts - ts % CHUNK_MS
         entries = self._chunks.get((side, minute))
         if entries is None:
             entries = self._chunks[(side, minute)] = []
-        entries.append([ts, offset, join_key.decode("utf-8", "surrogateescape")])
+        entries.append([ts, offset, join_key])
 
     # -- expiry -------------------------------------------------------------------------
 
@@ -280,7 +285,7 @@ class PartitionJoin:
             kept = [e for e in entries if e[0] >= limit]
             for ts, offset, join_key in entries:
                 if ts < limit:
-                    self._drop(side, join_key.encode("utf-8", "surrogateescape"), offset)
+                    self._drop(side, join_key.encode(), offset)
             if kept:
                 if len(kept) < len(entries):
                     rewritten.append((key, kept))

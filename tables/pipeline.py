@@ -90,8 +90,6 @@ def decode(raw: bytes) -> Any:
 
 T = TypeVar("T")
 
-_MISSING: Any = object()
-
 
 @dataclass(frozen=True, slots=True)
 class _Failed:
@@ -338,17 +336,18 @@ class Batch:
     ) -> T:
         """``parse(record.value, limit)``, worked out once per record and cycle for all
         the pipelines that read its topic (an exception is raised again each time)."""
-        key = (parse, limit, record.topic, record.partition, record.offset)
-        found = self.parses.get(key, _MISSING)
-        if found is _MISSING:
+        # By identity: the cycle holds its records (and this cache) until it ends.
+        key = id(record)
+        found = self.parses.get(key)
+        if found is None or found[0] is not parse or found[1] != limit:
             try:
-                found = parse(record.value, limit)
+                result: Any = parse(record.value, limit)
             except Exception as error:
-                found = _Failed(error)
-            self.parses[key] = found
-        if isinstance(found, _Failed):
-            raise found.error
-        return found  # type: ignore[no-any-return]
+                result = _Failed(error)
+            found = self.parses[key] = (parse, limit, result)
+        if isinstance(found[2], _Failed):
+            raise found[2].error
+        return found[2]  # type: ignore[no-any-return]
 
     def send(
         self,

@@ -97,8 +97,7 @@ def run(stores: Stores, records: list[Rec], batch: int = 1) -> Outcome:
     for start in range(0, len(records), batch):
         join = stores.batch()
         for rec in records[start : start + batch]:
-            key = None if rec.key is None else rec.key.encode()
-            join.process(rec.side, rec.ts, rec.offset, key, rec.name)
+            join.process(rec.side, rec.ts, rec.offset, rec.key, rec.name)
         result = join.finish()
         outcome.pairs.update(result.pairs)
         outcome.unmatched.update(result.unmatched)
