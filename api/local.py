@@ -18,7 +18,7 @@ from faust.types import TP
 
 from api.routing import QueryTable
 from core.topics import POSITION_KEY
-from tables.faust_adapter import internal_keys, partition_db, persisted_offset
+from tables.faust_adapter import AssignedSets, internal_keys, partition_db, persisted_offset
 from tables.windows import key_prefix, name_prefix, parse_window_key
 
 Replica = Literal["active", "standby"]
@@ -113,16 +113,19 @@ class LocalState:
 
     def __init__(self, worker: Any) -> None:
         self.worker = worker
+        self._assigned: AssignedSets | None = None
 
     def copy(self, table: QueryTable, partition: int) -> LocalCopy | None:
         """This worker's copy of a partition, or None when it holds none."""
         tp = TP(table.topic, partition)
-        assignor = self.worker.assignor
         try:
-            active = tp in assignor.assigned_actives()
-            standby = not active and tp in assignor.assigned_standbys()
+            if self._assigned is None:
+                self._assigned = AssignedSets(self.worker.assignor)
+            actives, standbys = self._assigned.current()
         except Exception:  # no assignment yet
             return None
+        active = tp in actives
+        standby = not active and tp in standbys
         if not (active or standby):
             return None
         try:

@@ -8,6 +8,7 @@ or refused with 421, never forwarded again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from api.local import LocalCopy, LocalState, Window
 from api.peers import PeerAnswer, Peers, quote_segment
 from api.positions import Positions, PositionWaits, ReadPosition
 from api.routing import QueryTable, Routing, query_tables
-from api.tokens import TokenError, decode_token
+from api.tokens import Token, TokenError, decode_token
 from core.topics import partition_for
 
 logger = logging.getLogger(__name__)
@@ -30,6 +31,12 @@ MAX_KEY_BYTES = 1024
 #: How often the peers are asked before a read gives up with 503, and the pause between.
 PEER_ATTEMPTS = 3
 PEER_RETRY_SECONDS = 0.3
+
+
+@functools.lru_cache(maxsize=4096)
+def _decoded_token(text: str, app_id: str) -> Token:
+    """A token read once: a client that wrote reads several keys with its token."""
+    return decode_token(text, app_id)
 
 
 def encode_key(key: str) -> bytes:
@@ -246,7 +253,7 @@ class Queries:
         if table.kind == "global":
             raise BadRequest(f"consistent_with does not apply to the global table {table.name}")
         try:
-            decoded = decode_token(token, self.app_id)
+            decoded = _decoded_token(token, self.app_id)
         except TokenError as error:
             raise BadRequest(f"consistent_with: {error}") from None
         sources = self.positions.sources_of(table.name)

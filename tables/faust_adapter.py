@@ -193,6 +193,29 @@ class EngineApp(faust.App):
         return EngineFetcher(self, loop=self.loop, beacon=self.consumer.beacon)
 
 
+class AssignedSets:
+    """This worker's active and standby topic partitions, worked out once per assignment.
+
+    faust's assignor builds a new set of named tuples at each ``assigned_actives()``
+    call; a key read asks for it every time, so the sets are kept until the assignor
+    holds another assignment (it replaces its assignment object at each rebalance).
+    """
+
+    def __init__(self, assignor: Any) -> None:
+        self.assignor = assignor
+        self._of: Any = None
+        self._sets: tuple[frozenset[Any], frozenset[Any]] = (frozenset(), frozenset())
+
+    def current(self) -> tuple[frozenset[Any], frozenset[Any]]:
+        """(actives, standbys); raises before the first assignment, as faust does."""
+        assignment = self.assignor._assignment
+        if assignment is not self._of:
+            actives = frozenset(self.assignor.assigned_actives())
+            standbys = frozenset(self.assignor.assigned_standbys())
+            self._of, self._sets = assignment, (actives, standbys)
+        return self._sets
+
+
 def fetcher_of(app: faust.App) -> Any:
     """The Fetcher service an App runs."""
     return app._fetcher
