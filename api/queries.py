@@ -14,8 +14,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import TopicPartition
-
 from api.errors import BadRequest, NoReplica, NotFound, NotHeldHere, NotYet
 from api.local import LocalCopy, LocalState, Window
 from api.peers import PeerAnswer, Peers, quote_segment
@@ -460,9 +458,7 @@ class Queries:
 def catalog_lag(catalog: Any, partition: int) -> int | None:
     """Records of one products partition the worker's catalogue has not applied yet."""
     try:
-        highwater = catalog._consumer.highwater(TopicPartition(catalog.topic, partition))
-        if highwater is None:
-            return None
-        return max(0, int(highwater) - int(catalog._stored_offset(partition)))
-    except Exception:  # the catalogue has not started or fetched that partition yet
+        lag: int | None = catalog.partition_lag(partition)
+    except Exception:  # the catalogue has not fetched that partition yet
         return None
+    return lag

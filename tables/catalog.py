@@ -114,6 +114,16 @@ class ProductCatalog(Service):
         if not self._caught_up.is_set():
             await self._caught_up.wait()
 
+    def partition_lag(self, partition: int) -> int | None:
+        """Records of one partition the catalogue has not applied yet (None: unknown,
+        before the catalogue has started or fetched that partition)."""
+        if self._consumer is None or self._db is None:
+            return None
+        highwater = self._consumer.highwater(TopicPartition(self.topic, partition))
+        if highwater is None:
+            return None
+        return max(0, int(highwater) - self._stored_offset(partition))
+
     def lag(self) -> int:
         """Records between what was read and the end offsets seen at start."""
         if self._consumer is None:
