@@ -42,7 +42,7 @@ class Group:
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
-    with local_kafka("consistency", port=TEST_PORT + 4000) as kafka:
+    with local_kafka("consistency", port=TEST_PORT + 1500) as kafka:
         base = tmp_path_factory.mktemp("consistency")
         workers = [Worker(kafka, base / f"w{i}").start() for i in range(3)]
         try:

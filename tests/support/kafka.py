@@ -10,8 +10,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.ports import require_free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-TEST_PORT = int(os.environ.get("STREAMSTATE_TEST_KAFKA_PORT", "21092"))
+#: The test process's number when pytest-xdist runs several (gw0, gw1, ...): each takes
+#: its own block of ports (modules add offsets of their own, 500 apart or more).
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+TEST_PORT = int(os.environ.get("STREAMSTATE_TEST_KAFKA_PORT", "21092")) + 100 * WORKER
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ def local_kafka(name: str, brokers: int = 1, port: int = TEST_PORT) -> Iterator[
     directory = ROOT / ".cache" / "test-kafka" / name
     kafka = LocalKafka(port=port, brokers=brokers, directory=directory)
     kafka.down()
+    for node in range(brokers):
+        require_free_port(port + 2 * node)
     shutil.rmtree(directory, ignore_errors=True)
     kafka.up()
     try:
