@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 from typing import Any
 
 from fastapi import FastAPI
@@ -101,7 +102,7 @@ def create_api(worker: Any) -> FastAPI:
         title="streamstate",
         summary="Interactive queries over the stream processor's tables, and writes to "
         "its source topics",
-        version="0.1.0",
+        version=version("streamstate"),
         default_response_class=JSONResponse,
         lifespan=lifespan,
         docs_url=None,
