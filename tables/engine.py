@@ -214,8 +214,6 @@ class Task:
         #: per repartition topic read, the source offsets its applied records carried
         self.upstream: dict[str, Offsets] = {}
         self._ordered = {spec.name for p in pipelines for spec in p.writes if spec.ordered}
-        #: the cycle prepared last, until it has taken effect
-        self._inflight: Cycle | None = None
 
     def load_positions(self) -> None:
         """Take the upstream offsets the task's table partitions hold (a new task)."""
@@ -227,12 +225,10 @@ class Task:
 
     # -- one cycle --------------------------------------------------------------------
 
-    def prepare(
+    async def run(
         self, fetched: Mapping[TP, Sequence[SourceRecord]], positions: Mapping[TP, int]
-    ) -> Cycle | None:
-        """Apply one fetched batch to views over the stores (and over the writes of the
-        task's cycle still in flight): what the cycle writes, sends and commits, ready
-        for :meth:`complete`. None when the batch moves no offset."""
+    ) -> dict[TP, int]:
+        """Apply one fetched batch; return the offsets it moved on (what to commit)."""
         pending = {tp: self.checkpoint.pending(tp, rs) for tp, rs in fetched.items()}
         offsets = {
             tp: self.checkpoint.after(tp, records, positions.get(tp))
@@ -240,18 +236,12 @@ class Task:
         }
         offsets = {tp: o for tp, o in offsets.items() if o != self.checkpoint.next.get(tp)}
         if not offsets:
-            return None
+            return {}
         records = {tp.topic: rs for tp, rs in pending.items() if rs}
         for topic in self.lineage.internal & records.keys():
             records[topic] = self._take_positions(topic, records[topic])
-        below = self._inflight.views if self._inflight is not None else {}
         views = {
-            name: TableView(
-                name,
-                store.partition(self.partition),
-                ordered=name in self._ordered,
-                below=below.get(name),
-            )
+            name: TableView(name, store.partition(self.partition), ordered=name in self._ordered)
             for name, store in self.tables.items()
         }
         outputs: list[Output] = []
@@ -263,11 +253,8 @@ class Task:
                 outputs.extend(self._apply(pipeline, mine, views))
                 outputs.extend(self._position_records(pipeline, offsets))
                 fed.update(spec.name for spec in pipeline.writes)
-        self.parses = {}
-        self.checkpoint.update(offsets)
-        cycle = self._cycle(views, fed, outputs, offsets)
-        self._inflight = cycle
-        return cycle
+        await self.commit(views, fed, outputs, offsets)
+        return offsets
 
     def _take_positions(
         self, topic: str, records: Sequence[SourceRecord]
@@ -393,15 +380,16 @@ class Task:
 
     # -- taking effect ----------------------------------------------------------------
 
-    def _cycle(
+    async def commit(
         self,
-        views: dict[str, TableView],
+        views: Mapping[str, TableView],
         fed: set[str],
         outputs: list[Output],
         offsets: Mapping[TP, int],
-    ) -> Cycle:
-        """What one cycle makes take effect: each changed (or fed) table partition's
-        changes with its new position, their changelog records, the outputs."""
+    ) -> None:
+        """Make one cycle take effect: Kafka first (changelogs, outputs, offsets as one
+        unit), then the local stores, then the checkpoint."""
+        self.checkpoint.update(offsets)
         changes: dict[str, dict[bytes, bytes | None]] = {}
         for name, view in views.items():
             if len(view) or name in fed:
@@ -412,50 +400,25 @@ class Task:
         for name, items in changes.items():
             topic, partition = self.tables[name].changelog_topic, self.partition
             records += [Output(topic, key, value, partition) for key, value in items.items()]
-        return Cycle(views, changes, [*records, *outputs], dict(offsets))
-
-    async def complete(self, cycle: Cycle) -> None:
-        """Make a prepared cycle take effect: Kafka first (changelogs, outputs, offsets as
-        one unit), then the local stores. Cycles of a task complete in order."""
         try:
-            written = await self.delivery.send(cycle.outputs, cycle.offsets)
+            written = await self.delivery.send([*records, *outputs], offsets)
         except Exception as exc:
             raise EngineFailure(
                 f"task {self.partition}: Kafka did not take the batch: {exc!r}"
             ) from exc
         try:
-            for name, items in cycle.changes.items():
+            for name, items in changes.items():
                 store = self.tables[name]
                 offset = written.get(TP(store.changelog_topic, self.partition))
                 store.apply(self.partition, items, offset)
         except Exception as exc:
             raise StoreFailure(f"task {self.partition}: the store failed: {exc!r}") from exc
-        if self._inflight is cycle:
-            self._inflight = None
-        # The stores hold these writes now: a cycle prepared on top reads them there.
-        cycle.taken()
-        for name, items in cycle.changes.items():
+        for name, items in changes.items():
             for listener in self.listeners:
                 try:
                     listener(name, self.partition, items)
                 except Exception:  # a listener must not stop the engine
                     logger.exception("a listener failed on %s[%d]", name, self.partition)
-
-
-@dataclass
-class Cycle:
-    """One task's prepared batch cycle, until it has taken effect."""
-
-    views: dict[str, TableView]
-    changes: dict[str, dict[bytes, bytes | None]]
-    outputs: list[Output]
-    offsets: dict[TP, int]
-
-    def taken(self) -> None:
-        """The cycle's writes are in the stores: views layered on its own no longer need
-        them (and the chain of layers stays one cycle deep)."""
-        for view in self.views.values():
-            view.mark_taken()
 
 
 class Engine:
@@ -488,19 +451,11 @@ class Engine:
         #: why the engine stopped for good (a store failed), or None
         self.failure: str | None = None
         self._lock = asyncio.Lock()
-        #: the cycle taking effect in the background, if any
-        self._inflight: asyncio.Future[None] | None = None
 
     async def process(
         self, fetched: Mapping[Any, Sequence[SourceRecord]], positions: Mapping[Any, int]
     ) -> None:
-        """One batch cycle over everything fetched.
-
-        The cycle is prepared (its batch functions run, over the writes of the cycle
-        before it, which may still be on their way), then it waits for the cycle before
-        to take effect, and returns while this one takes effect in the background: the
-        next fetch is processed while Kafka takes this one. One cycle at most is in
-        flight; its failure is raised by the next call, :meth:`check` or :meth:`flush`.
+        """One batch cycle over everything fetched; tasks in parallel.
 
         ``positions``: the consumer's position of each assigned source partition right
         after the fetch (past the transaction markers it skipped)."""
@@ -521,60 +476,30 @@ class Engine:
                     # Only transaction markers lay between: commit past them, so that a
                     # caught-up partition shows no lag.
                     by_partition.setdefault(tp.partition, {})[tp] = ()
-            cycles: list[tuple[Task, Cycle]] = []
+            runs = []
             for partition, fetched_here in sorted(by_partition.items()):
                 task = self.tasks.get(partition)
                 if task is None:
                     await self._start(partition, fetched_here)
                     continue
-                cycle = task.prepare(fetched_here, moved)
-                if cycle is not None:
-                    cycles.append((task, cycle))
-                await asyncio.sleep(0)  # let the producers send the cycle in flight
-            await self._settle()
-            if cycles:
-                self._inflight = asyncio.ensure_future(self._complete(cycles, started))
-
-    async def _complete(self, cycles: list[tuple[Task, Cycle]], started: float) -> None:
-        """Make a prepared cycle take effect: its tasks in parallel, then (at least once)
-        the group's commit of the offsets they moved."""
-        results = await asyncio.gather(
-            *(task.complete(cycle) for task, cycle in cycles), return_exceptions=True
-        )
-        errors = [r for r in results if isinstance(r, BaseException)]
-        for error in errors:
-            if isinstance(error, StoreFailure) and self.failure is None:
-                self.failure = str(error)  # for good, whoever sees the failure first
-        if errors:
-            raise errors[0]
-        committed: dict[TP, int] = {}
-        for _task, cycle in cycles:
-            committed.update(cycle.offsets)
-        if committed and not self.exactly_once:
-            try:
-                await self.connector.commit(committed)
-            except Exception as exc:
-                raise EngineFailure(f"the offsets were not committed: {exc!r}") from exc
-        self.figures.cycles += 1
-        self.figures.cycle_seconds += time.monotonic() - started
-
-    async def _settle(self) -> None:
-        """Wait for the cycle in flight to take effect; raise its failure."""
-        inflight, self._inflight = self._inflight, None
-        if inflight is not None:
-            await inflight
-
-    def check(self) -> None:
-        """Raise the failure of the cycle in flight if it has failed already."""
-        inflight = self._inflight
-        if inflight is not None and inflight.done():
-            self._inflight = None
-            inflight.result()
-
-    async def flush(self) -> None:
-        """Wait until every prepared cycle has taken effect (raising its failure)."""
-        async with self._lock:
-            await self._settle()
+                runs.append(task.run(fetched_here, moved))
+            if not runs:
+                return
+            results = await asyncio.gather(*runs, return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if errors:
+                raise errors[0]
+            committed: dict[TP, int] = {}
+            for result in results:
+                assert isinstance(result, dict)
+                committed.update(result)
+            if committed and not self.exactly_once:
+                try:
+                    await self.connector.commit(committed)
+                except Exception as exc:
+                    raise EngineFailure(f"the offsets were not committed: {exc!r}") from exc
+            self.figures.cycles += 1
+            self.figures.cycle_seconds += time.monotonic() - started
 
     async def _start(self, partition: int, fetched: Mapping[TP, Sequence[SourceRecord]]) -> None:
         """Set up the task of a partition this worker now holds; what was fetched for it
@@ -617,14 +542,8 @@ class Engine:
 
     async def revoke(self) -> None:
         """The group is rebalancing: finish the cycle in flight, then close every task
-        (a rebalance revokes all partitions; the tasks start again afterwards). A failure
-        of the cycle in flight is logged: the tasks start again from the committed
-        offsets anyway."""
+        (a rebalance revokes all partitions; the tasks start again afterwards)."""
         async with self._lock:
-            try:
-                await self._settle()
-            except Exception:
-                logger.warning("the cycle in flight failed at a revocation", exc_info=True)
             tasks, self.tasks = self.tasks, {}
             await asyncio.gather(*(task.delivery.close() for task in tasks.values()))
             if tasks:

@@ -314,11 +314,44 @@ class EngineFetcher(Fetcher):
 
 
 async def _drain(app: Any, fetcher: Service) -> None:
+    consumer = app.consumer
     engine: Engine = app.engine
+    callback = consumer.callback
     cycle: asyncio.Future[None] | None = None
     try:
-        while not (app.consumer.should_stop or fetcher.should_stop):
-            cycle = asyncio.ensure_future(_next_cycle(app, engine))
+        while not (consumer.should_stop or fetcher.should_stop):
+            generation = app.consumer_generation_id
+            try:
+                records, _active = await consumer._wait_next_records(1.0)
+            except ConsumerStoppedError:
+                return
+            if not records or consumer.should_stop:
+                continue
+            sources = {}
+            for tp, batch in records.items():
+                if tp.topic in engine.topics:
+                    sources[tp] = batch
+                    continue
+                for record in batch:
+                    if not consumer.flow_active or app.consumer_generation_id != generation:
+                        break  # a rebalance seeks every changelog partition again
+                    await callback(consumer._to_message(tp, record))
+            if not sources:
+                continue
+            if app.rebalancing or app.consumer_generation_id != generation:
+                # Fetched before a rebalance: the tasks start again from the committed
+                # offsets once it is over.
+                await engine.revoke()
+                continue
+            positions = {}
+            for tp in consumer.assignment():
+                if tp.topic in engine.topics:
+                    position = _position(app, tp)
+                    if position is not None:
+                        positions[tp] = position
+            if engine.failure is not None:
+                continue  # a store failed: nothing more is processed until a restart
+            cycle = asyncio.ensure_future(engine.process(sources, positions))
             try:
                 await asyncio.shield(cycle)
             except StoreFailure as exc:
@@ -340,53 +373,14 @@ async def _drain(app: Any, fetcher: Service) -> None:
                 await asyncio.sleep(KAFKA_RETRY_S)
             cycle = None
     except asyncio.CancelledError:
-        # A batch cycle is never cut short: it commits (or fails) as a whole.
-        with contextlib.suppress(EngineFailure):
-            if cycle is not None and not cycle.done():
+        if cycle is not None and not cycle.done():
+            # A batch cycle is never cut short: it commits (or fails) as a whole.
+            with contextlib.suppress(EngineFailure):
                 await cycle
-            await engine.flush()
         raise
-    except ConsumerStoppedError:
-        with contextlib.suppress(EngineFailure):
-            await engine.flush()
     except Exception as exc:
         logger.exception("the engine's fetch loop failed; the worker stops")
         await app.crash(exc)
-
-
-async def _next_cycle(app: Any, engine: Engine) -> None:
-    """Fetch once: changelog records to faust's recovery, source records to the engine
-    (raising the failure of the engine's cycle in flight, if any)."""
-    consumer = app.consumer
-    engine.check()
-    generation = app.consumer_generation_id
-    records, _active = await consumer._wait_next_records(1.0)
-    if not records or consumer.should_stop:
-        return
-    sources = {}
-    for tp, batch in records.items():
-        if tp.topic in engine.topics:
-            sources[tp] = batch
-            continue
-        for record in batch:
-            if not consumer.flow_active or app.consumer_generation_id != generation:
-                break  # a rebalance seeks every changelog partition again
-            await consumer.callback(consumer._to_message(tp, record))
-    if not sources:
-        return
-    if app.rebalancing or app.consumer_generation_id != generation:
-        # Fetched before a rebalance: the tasks start again from the committed offsets
-        # once it is over.
-        await engine.revoke()
-        return
-    positions = {}
-    for tp in consumer.assignment():
-        if tp.topic in engine.topics:
-            position = _position(app, tp)
-            if position is not None:
-                positions[tp] = position
-    if engine.failure is None:  # a store failed: nothing more until a restart
-        await engine.process(sources, positions)
 
 
 # -- the engine's view of the group --------------------------------------------------------

@@ -112,51 +112,30 @@ class TableView:
     A view can be layered on another (:meth:`child`): the engine applies a record on a
     child and merges it (:meth:`merge_into_parent`) or drops it, so one record that
     raises takes back only its own writes.
-
-    A top-level view may also read through ``below``: the view of the task's previous
-    cycle, whose writes are on their way to Kafka and not in the store yet. Once they
-    are (:meth:`mark_taken`), reads go past it to the store.
     """
 
     def __init__(
-        self,
-        name: str,
-        store: StorePartition,
-        *,
-        ordered: bool,
-        parent: TableView | None = None,
-        below: TableView | None = None,
+        self, name: str, store: StorePartition, *, ordered: bool, parent: TableView | None = None
     ) -> None:
         self.name = name
         self.store = store
         self.ordered = ordered
         self.parent = parent
-        self.below = below
-        #: this view's writes are in the store
-        self.taken = False
         self._pending: dict[bytes, Any] = SortedDict() if ordered else {}
+        #: keys written by :meth:`insert`: known to be absent below this batch
+        self._created: set[bytes] = set()
 
     def child(self) -> TableView:
         return TableView(self.name, self.store, ordered=self.ordered, parent=self)
 
-    def mark_taken(self) -> None:
-        """This (top-level) view's writes have reached the store."""
-        self.taken = True
-        self.below = None
-
     def _lookup(self, key: bytes) -> Any:
-        """The pending value, DELETED, or None when no layer above the store has it."""
+        """The pending value, DELETED, or None when this batch has not written it."""
         view: TableView | None = self
         while view is not None:
             value = view._pending.get(key)
             if value is not None:
                 return value
-            if view.parent is not None:
-                view = view.parent
-            else:
-                view = view.below
-                if view is not None and view.taken:
-                    return None
+            view = view.parent
         return None
 
     def get(self, key: bytes) -> Any | None:
@@ -172,7 +151,17 @@ class TableView:
             raise ValueError(f"{self.name}: a value of None is not storable; use delete()")
         self._pending[key] = value
 
+    def insert(self, key: bytes, value: Any) -> None:
+        """Put a key that is known to be new: deleting it again in the same batch leaves
+        no trace in the store or the changelog."""
+        self.put(key, value)
+        self._created.add(key)
+
     def delete(self, key: bytes) -> None:
+        if key in self._created:
+            del self._pending[key]
+            self._created.discard(key)
+            return
         self._pending[key] = DELETED
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, Any]]:
@@ -184,24 +173,24 @@ class TableView:
         yield from _merge(_prefixed(self.store, prefix), pending)
 
     def _layers(self) -> list[TableView]:
-        """This view, its parents, then the earlier cycles' views not in the store yet:
-        the topmost first."""
         layers = []
         view: TableView | None = self
         while view is not None:
             layers.append(view)
             view = view.parent
-        below = layers[-1].below
-        while below is not None and not below.taken:
-            layers.append(below)
-            below = below.below
         return layers
 
     def merge_into_parent(self) -> None:
         """Take this child's writes into its parent."""
         parent = self.parent
         assert parent is not None, "merge_into_parent() on a top-level view"
-        parent._pending.update(self._pending)
+        for key, value in self._pending.items():
+            if value is DELETED and key in parent._created:
+                del parent._pending[key]
+                parent._created.discard(key)
+            else:
+                parent._pending[key] = value
+        parent._created.update(self._created)
         self._pending.clear()
 
     def changes(self) -> dict[bytes, bytes | None]:

@@ -12,7 +12,6 @@ import asyncio
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 import pytest
@@ -21,7 +20,7 @@ from sortedcontainers import SortedDict
 from agents.words import REPARTITION_TOPIC, pipelines
 from core.topics import POSITION_KEY, TEXT_LINES, dlq_topic
 from tables.definitions import WORD_COUNTS
-from tables.engine import TP, Engine, EngineFailure, StoreFailure, Task
+from tables.engine import TP, Engine, EngineFailure, StoreFailure
 from tables.pipeline import ERROR_HEADER, Batch, Context, Output, Pipeline, Record, TableSpec
 from tables.positions import Lineage, Position, encode_offsets
 
@@ -173,13 +172,9 @@ def run(engine: Engine, connector: LogConnector, limit: int = 3, cycles: int = 1
         for _ in range(cycles):
             fetched = fetch(connector, sorted(engine.topics), limit)
             if not any(fetched.values()) and engine.tasks:
-                await engine.flush()  # the cycle in flight may still send records
-                fetched = fetch(connector, sorted(engine.topics), limit)
-                if not any(fetched.values()):
-                    break
+                return
             positions = {tp: connector.positions[tp] for tp in fetched}
             await engine.process(fetched, positions)
-        await engine.flush()
 
     asyncio.run(go())
 
@@ -368,13 +363,10 @@ def test_a_kafka_failure_stops_the_cycle_and_a_restart_resumes_exactly(fail_at: 
 
     async def until_failure() -> None:
         for cycle in range(100):
-            # From this cycle on, Kafka fails: a cycle takes effect in the background, so
-            # the failure shows at a later call.
-            connector.fail[0] = connector.fail[0] or cycle == fail_at
+            connector.fail[0] = cycle == fail_at
             fetched = fetch(connector, sorted(engine.topics), 2)
             positions = {tp: connector.positions[tp] for tp in fetched}
             await engine.process(fetched, positions)
-        await engine.flush()
 
     with pytest.raises(EngineFailure, match="Kafka did not take the batch"):
         asyncio.run(until_failure())
@@ -400,7 +392,6 @@ def test_records_fetched_again_after_a_seek_are_not_applied_twice() -> None:
             connector.positions[tp] = 0
         fetched = fetch(connector, sorted(engine.topics), 1000)
         await engine.process(fetched, {tp: connector.positions[tp] for tp in fetched})
-        await engine.flush()
 
     asyncio.run(refetch())
     assert table.values() == dict(want)
@@ -419,7 +410,6 @@ def test_a_partition_with_only_transaction_markers_left_commits_past_them() -> N
     async def marker_only() -> None:
         # the consumer skipped a control record: its position moved, no record came
         await engine.process({}, {tp: end + 1})
-        await engine.flush()
 
     asyncio.run(marker_only())
     assert log.committed[tp] == end + 1
@@ -437,7 +427,6 @@ def test_a_task_starts_from_the_committed_offsets_and_drops_what_was_fetched_bef
     async def first() -> None:
         fetched = {tp: log.records[tp][:2]}
         await engine.process(fetched, {tp: 2})
-        await engine.flush()
 
     asyncio.run(first())
     assert set(engine.tasks) == {0}
@@ -479,36 +468,3 @@ def test_a_kafka_failure_is_not_a_store_failure() -> None:
         run(word_engine(connector, table), connector)
     assert not isinstance(failed.value, StoreFailure)
     assert not log.topic(table.changelog_topic)
-
-
-def test_a_cycle_prepared_while_the_one_before_is_on_its_way_reads_its_writes() -> None:
-    """Kafka takes each cycle in the background while the next is prepared: the next one
-    reads the counts the previous one wrote before they reach the store."""
-
-    @dataclass
-    class SlowDelivery(LogDelivery):
-        async def send(self, outputs: Sequence[Output], offsets: Mapping[TP, int]) -> dict[TP, int]:
-            await asyncio.sleep(0.005)
-            return await super().send(outputs, offsets)
-
-    class SlowConnector(LogConnector):
-        def delivery(self, partition: int) -> LogDelivery:
-            return SlowDelivery(self.log, self.exactly_once, self.fail)
-
-    log, table = Log(), MemoryTable(WORD_COUNTS)
-    want = lines(log, TEXTS * 3)
-    connector = SlowConnector(log, exactly_once=True)
-    engine = word_engine(connector, table)
-    overlapped = 0
-    prepare = Task.prepare
-
-    def watching(task: Task, *args: Any) -> Any:
-        nonlocal overlapped
-        overlapped += task._inflight is not None
-        return prepare(task, *args)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Task, "prepare", watching)
-        run(engine, connector, limit=1, cycles=1000)
-    assert overlapped > 10
-    assert table.values() == dict(want)
