@@ -122,8 +122,6 @@ class TableView:
         self.ordered = ordered
         self.parent = parent
         self._pending: dict[bytes, Any] = SortedDict() if ordered else {}
-        #: keys written by :meth:`insert`: known to be absent below this batch
-        self._created: set[bytes] = set()
 
     def child(self) -> TableView:
         return TableView(self.name, self.store, ordered=self.ordered, parent=self)
@@ -151,17 +149,7 @@ class TableView:
             raise ValueError(f"{self.name}: a value of None is not storable; use delete()")
         self._pending[key] = value
 
-    def insert(self, key: bytes, value: Any) -> None:
-        """Put a key that is known to be new: deleting it again in the same batch leaves
-        no trace in the store or the changelog."""
-        self.put(key, value)
-        self._created.add(key)
-
     def delete(self, key: bytes) -> None:
-        if key in self._created:
-            del self._pending[key]
-            self._created.discard(key)
-            return
         self._pending[key] = DELETED
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, Any]]:
@@ -184,13 +172,7 @@ class TableView:
         """Take this child's writes into its parent."""
         parent = self.parent
         assert parent is not None, "merge_into_parent() on a top-level view"
-        for key, value in self._pending.items():
-            if value is DELETED and key in parent._created:
-                del parent._pending[key]
-                parent._created.discard(key)
-            else:
-                parent._pending[key] = value
-        parent._created.update(self._created)
+        parent._pending.update(self._pending)
         self._pending.clear()
 
     def changes(self) -> dict[bytes, bytes | None]:
