@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import functools
 
-import orjson
-
 from core.semantics import InvalidEvent, check_key, read_item_event, read_payment
 from core.topics import ITEM_EVENTS, PAYMENTS, SETTLED_SALES, dlq_topic
 from tables.definitions import UNSETTLED_SALES
@@ -53,7 +51,10 @@ def settle(batch: Batch, *, max_bytes: int, window: JoinWindow = SETTLE_WINDOW) 
             # invalid ones; doing it here too would put every bad record in the DLQ twice.
             continue
         if item.kind == "sale":
-            join.process(LEFT, item.ts, record.offset, item.event_id, item.record)
+            # Buffered as the store and the record's JSON text: cheap to keep and to read
+            # back, and written into a settled pair as it is.
+            sale = [item.store_id, item.json.decode()]
+            join.process(LEFT, item.ts, record.offset, item.event_id, sale)
         else:  # restocks and adjustments only move the topic's event time
             join.process(LEFT, item.ts, record.offset, None)
     for record in batch.of(PAYMENTS):
@@ -63,16 +64,18 @@ def settle(batch: Batch, *, max_bytes: int, window: JoinWindow = SETTLE_WINDOW) 
         except InvalidEvent as error:
             batch.dead_letter(record, error.reason)
             continue
-        join.process(RIGHT, payment.ts, record.offset, payment.sale_event_id, payment.record)
+        join.process(
+            RIGHT, payment.ts, record.offset, payment.sale_event_id, payment.json.decode()
+        )
     result = join.finish()
-    for sale, payment_value in result.pairs:
-        pair = orjson.dumps({"sale": sale, "payment": payment_value})
-        batch.send(SETTLED_SALES, str(sale["store_id"]).encode(), pair)
+    for (store, sale_json), payment_json in result.pairs:
+        pair = b'{"sale":' + sale_json.encode() + b',"payment":' + payment_json.encode() + b"}"
+        batch.send(SETTLED_SALES, store.encode(), pair)
     if result.unmatched:
         counts = batch.table(UNSETTLED_SALES)
         added: dict[bytes, int] = {}
-        for sale in result.unmatched:
-            store = str(sale["store_id"]).encode()
+        for store_id, _sale_json in result.unmatched:
+            store = store_id.encode()
             added[store] = added.get(store, 0) + 1
         for store, n in added.items():
             counts.put(store, int(counts.get(store) or 0) + n)

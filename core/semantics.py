@@ -8,6 +8,7 @@ row, and both test suites run them on the same inputs, so the two can never drif
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -113,7 +114,8 @@ def parse_item_event(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> I
 
 class StoreEvent(NamedTuple):
     """A valid item event, as the stream reads it: the fields of :class:`ItemEvent` and
-    the record's JSON object as it was sent (unknown fields included)."""
+    the record as a JSON object text (as it was sent, unknown fields included, when it
+    is strict JSON; else as Python's parser read it, written again)."""
 
     event_id: str
     store_id: str
@@ -122,7 +124,7 @@ class StoreEvent(NamedTuple):
     quantity: int
     unit_price: float | None
     ts: int
-    record: dict[str, Any]
+    json: bytes
 
 
 class PaymentEvent(NamedTuple):
@@ -133,7 +135,7 @@ class PaymentEvent(NamedTuple):
     store_id: str
     amount: float
     ts: int
-    record: dict[str, Any]
+    json: bytes
 
 
 _KINDS = frozenset(("sale", "restock", "adjust"))
@@ -151,7 +153,7 @@ def _price(value: Any, high: float) -> float | None:
     return None
 
 
-def _quick_item(data: Any) -> StoreEvent | None:
+def _quick_item(data: Any, raw: bytes) -> StoreEvent | None:
     """The event when ``data`` is certainly valid by :class:`ItemEvent`'s rules; None
     when pydantic must judge it (to accept it, or to say exactly what is wrong)."""
     if type(data) is not dict:
@@ -174,10 +176,10 @@ def _quick_item(data: Any) -> StoreEvent | None:
         return None
     if kind == "sale" and price is None:
         return None
-    return StoreEvent(event_id, store_id, sku, kind, quantity, price, ts, data)
+    return StoreEvent(event_id, store_id, sku, kind, quantity, price, ts, raw)
 
 
-def _quick_payment(data: Any) -> PaymentEvent | None:
+def _quick_payment(data: Any, raw: bytes) -> PaymentEvent | None:
     """As :func:`_quick_item`, for :class:`Payment`."""
     if type(data) is not dict:
         return None
@@ -191,16 +193,29 @@ def _quick_payment(data: Any) -> PaymentEvent | None:
     amount = _price(data.get("amount"), 1e12)
     if amount is None:
         return None
-    return PaymentEvent(payment_id, sale_event_id, store_id, amount, ts, data)
+    return PaymentEvent(payment_id, sale_event_id, store_id, amount, ts, raw)
 
 
-def _loads(raw: bytes) -> Any:
-    """The JSON value of ``raw`` (orjson, or the standard library for what orjson
-    refuses and pydantic accepted: integers beyond 64 bits, NaN in unknown fields)."""
+def _strict_json(raw: bytes) -> bytes:
+    """``raw`` when it is strict JSON; else what the standard library reads in it (it
+    takes what pydantic accepted and orjson refuses: integers beyond 64 bits, NaN in
+    unknown fields), written as strict JSON."""
     try:
-        return orjson.loads(raw)
+        orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return json.loads(raw)
+        return json.dumps(_finite(json.loads(raw)), allow_nan=False).encode()
+    return raw
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and the infinities as null (as orjson writes them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def read_item_event(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> StoreEvent:
@@ -208,7 +223,7 @@ def read_item_event(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> St
     reasons, without building a pydantic model for the events that are certainly valid."""
     if raw is not None and len(raw) <= max_bytes:
         try:
-            quick = _quick_item(orjson.loads(raw))
+            quick = _quick_item(orjson.loads(raw), raw)
         except orjson.JSONDecodeError:
             quick = None
         if quick is not None:
@@ -223,7 +238,7 @@ def read_item_event(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> St
         event.quantity,
         event.unit_price,
         event.ts,
-        _loads(raw),
+        _strict_json(raw),
     )
 
 
@@ -231,7 +246,7 @@ def read_payment(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> Payme
     """:func:`parse_payment` for the stream's hot path (see :func:`read_item_event`)."""
     if raw is not None and len(raw) <= max_bytes:
         try:
-            quick = _quick_payment(orjson.loads(raw))
+            quick = _quick_payment(orjson.loads(raw), raw)
         except orjson.JSONDecodeError:
             quick = None
         if quick is not None:
@@ -244,7 +259,7 @@ def read_payment(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> Payme
         payment.store_id,
         payment.amount,
         payment.ts,
-        _loads(raw),
+        _strict_json(raw),
     )
 
 
