@@ -64,9 +64,7 @@ def settle(batch: Batch, *, max_bytes: int, window: JoinWindow = SETTLE_WINDOW) 
         except InvalidEvent as error:
             batch.dead_letter(record, error.reason)
             continue
-        join.process(
-            RIGHT, payment.ts, record.offset, payment.sale_event_id, payment.json.decode()
-        )
+        join.process(RIGHT, payment.ts, record.offset, payment.sale_event_id, payment.json.decode())
     result = join.finish()
     for (store, sale_json), payment_json in result.pairs:
         pair = b'{"sale":' + sale_json.encode() + b',"payment":' + payment_json.encode() + b"}"
