@@ -49,9 +49,11 @@ def apply_store_events(batch: Batch, *, catalogue: Catalogue, max_bytes: int) ->
     stores: dict[bytes, dict[str, Any]] = {}
     sums: dict[tuple[str, int], list[Any]] = {}
     category_at = catalogue.category_at
-    for record in batch.of(ITEM_EVENTS):
+    parsed = batch.parsed(ITEM_EVENTS, read_item_event, max_bytes, InvalidEvent)
+    for record, item in zip(batch.of(ITEM_EVENTS), parsed, strict=True):
         try:
-            item = batch.parsed(record, read_item_event, max_bytes)
+            if isinstance(item, Exception):  # what read_item_event refused
+                raise item
             check_key(record.key, item.store_id, "store_id")
         except InvalidEvent as error:
             batch.dead_letter(record, error.reason)

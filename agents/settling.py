@@ -42,9 +42,11 @@ SETTLING_INDEX = "settling_index"
 def settle(batch: Batch, *, max_bytes: int, window: JoinWindow = SETTLE_WINDOW) -> None:
     """One partition's item events and payments through the join."""
     join = PartitionJoin(window, batch.table(SETTLING_BUFFER), batch.table(SETTLING_INDEX))
-    for record in batch.of(ITEM_EVENTS):
+    parsed = batch.parsed(ITEM_EVENTS, read_item_event, max_bytes, InvalidEvent)
+    for record, item in zip(batch.of(ITEM_EVENTS), parsed, strict=True):
         try:
-            item = batch.parsed(record, read_item_event, max_bytes)
+            if isinstance(item, Exception):  # what read_item_event refused
+                raise item
             check_key(record.key, item.store_id, "store_id")
         except InvalidEvent:
             # inventory.apply_store_events reads the same records and dead-letters the

@@ -91,11 +91,6 @@ def decode(raw: bytes) -> Any:
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class _Failed:
-    error: Exception
-
-
 class _Deleted:
     def __repr__(self) -> str:
         return "DELETED"
@@ -314,22 +309,29 @@ class Batch:
         return itertools.chain.from_iterable(self.records.values())
 
     def parsed(
-        self, record: SourceRecord, parse: Callable[[bytes | None, int], T], limit: int
-    ) -> T:
-        """``parse(record.value, limit)``, worked out once per record and cycle for all
-        the pipelines that read its topic (an exception is raised again each time)."""
-        # By identity: the cycle holds its records (and this cache) until it ends.
-        key = id(record)
-        found = self.parses.get(key)
-        if found is None or found[0] is not parse or found[1] != limit:
-            try:
-                result: Any = parse(record.value, limit)
-            except Exception as error:
-                result = _Failed(error)
-            found = self.parses[key] = (parse, limit, result)
-        if isinstance(found[2], _Failed):
-            raise found[2].error
-        return found[2]  # type: ignore[no-any-return]
+        self,
+        topic: str,
+        parse: Callable[[bytes | None, int], T],
+        limit: int,
+        refused: type[Exception] = ValueError,
+    ) -> list[T | Exception]:
+        """``parse(record.value, limit)`` of each record of ``topic``, in order (what it
+        refused, an exception of type ``refused``, in the record's place), worked out once
+        per cycle for all the pipelines that read the topic. Any other exception is
+        raised: the batch fails, and the engine applies its records one by one."""
+        records = self.of(topic)
+        # By identity: the cycle holds its record lists (and this cache) until it ends.
+        key = (id(records), parse, limit)
+        found: list[Any] | None = self.parses.get(key)
+        if found is None:
+            found = []
+            for record in records:
+                try:
+                    found.append(parse(record.value, limit))
+                except refused as error:
+                    found.append(error)
+            self.parses[key] = found
+        return found
 
     def send(
         self,
