@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,14 +71,32 @@ def start(kafka: LocalKafka, attempts: int = 4, timeout: float = 60.0) -> None:
 
 
 def _wait_ports_free(kafka: LocalKafka, timeout: float = 60.0) -> None:
-    """Wait until no socket holds a client or controller port of the cluster."""
-    ports = [kafka.port + offset for offset in range(2 * kafka.brokers)]
+    """Wait until no socket holds a client or controller port of a node that is not
+    running; fail if one stays taken (ops/kafka.sh would take a broker already listening
+    there for the one it started, and the scenario would run against another cluster)."""
+    ports = [
+        kafka.port + 2 * (node - 1) + offset
+        for node in range(1, kafka.brokers + 1)
+        if not _node_running(kafka, node)
+        for offset in (0, 1)
+    ]
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         busy = [p for p in ports if not _bindable(p)]
         if not busy:
             return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ports {busy} stay taken by another process for {timeout}s")
         time.sleep(1.0)
+
+
+def _node_running(kafka: LocalKafka, node: int) -> bool:
+    pidfile = kafka.directory / f"node-{node}" / "kafka.pid"
+    try:
+        os.kill(int(pidfile.read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _bindable(port: int) -> bool:
@@ -131,6 +149,35 @@ def group(kafka: LocalKafka, directory: Path, **env: str) -> Iterator[Group]:
         yield workers
     finally:
         workers.stop_all()
+
+
+def wait_ready(worker: Worker, timeout: float) -> tuple[float | None, str | None]:
+    """(when a starting worker first answered /ready 200, None), or (None, why not);
+    /ready is asked every 0.1 s, so the moment is exact to that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not worker.alive():
+            return None, f"exited: {worker.log_tail(3)[-400:]}"
+        try:
+            status, _ = worker.get("/ready", timeout=1.0)
+        except OSError:
+            status = None
+        if status == 200:
+            return time.monotonic(), None
+        time.sleep(0.1)
+    reasons = [line for line in worker.log_text().splitlines() if "Crashed reason" in line]
+    return None, (reasons[-1] if reasons else f"not ready in {timeout}s")[-400:]
+
+
+def wait_for(check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
+    """Poll ``check`` until it returns something truthy; None on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    return None
 
 
 def pid(worker: Worker) -> int | None:
