@@ -17,8 +17,7 @@ from typing import Any
 
 import orjson
 
-from chaos.env import Trap, crashes, group, metric, workdir
-from chaos.truth import wait_for
+from chaos.env import Trap, crashes, group, metric, wait_for, workdir
 from tests.support.kafka import LocalKafka
 from tests.support.kafka_io import produce
 from tests.support.workers import Worker
