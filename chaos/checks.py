@@ -20,17 +20,25 @@ TABLES = ("word_counts", "inventory", "sales_by_category", "unsettled_sales", "s
 
 @dataclass(frozen=True)
 class Check:
+    """One named property of a scenario's figures. A *target* is a figure the issue
+    asks for (a time to be back, say) rather than a guarantee of the contract: a missed
+    target shows in the verdict without failing the run."""
+
     what: str
     ok: bool
+    target: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"check": self.what, "ok": self.ok}
+        return {"check": self.what, "ok": self.ok, "target": self.target}
 
 
 def verdict(checks: list[Check], figures: dict[str, Any] | None = None) -> str:
+    """The scenario's verdict: skipped, fail (a guarantee failed), target missed, pass."""
     if figures is not None and figures.get("skipped"):
         return "skipped"
-    return "pass" if checks and all(c.ok for c in checks) else "fail"
+    if not checks or any(not c.ok and not c.target for c in checks):
+        return "fail"
+    return "target missed" if any(not c.ok for c in checks) else "pass"
 
 
 def offered(load: dict[str, Any]) -> list[Check]:
@@ -80,6 +88,7 @@ def kill_worker(r: dict[str, Any]) -> list[Check]:
             f"restart to ready in at most {BACK_IN_S:g} s after every kill",
             bool(r["restart_to_ready_s"])
             and all(s is not None and s <= BACK_IN_S for s in r["restart_to_ready_s"]),
+            target=True,
         ),
         Check(
             "no key read failed while workers were killed and restarted",
@@ -116,6 +125,7 @@ def _failover(f: dict[str, Any], eos: bool) -> list[Check]:
             f"failover: every sampled key answered by an active copy elsewhere within "
             f"{BACK_IN_S:g} s",
             seconds is not None and seconds <= BACK_IN_S,
+            target=True,
         ),
         Check(
             "failover: no key read failed meanwhile",

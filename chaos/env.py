@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -178,6 +179,41 @@ def wait_for(check: Callable[[], Any], timeout: float, interval: float = 0.5) ->
             return value
         time.sleep(interval)
     return None
+
+
+_LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \[(\d+)\] \[\w+\] (.*)")
+
+
+def restart_phases(worker: Worker, started_wall: float) -> dict[str, Any]:
+    """Where a restart's time went, from the worker's log (its current process): until
+    its first log line (interpreter and imports), until it joined the group, until
+    faust's recovery said ready; and how many times it joined meanwhile."""
+    process = worker.process
+    if process is None:
+        return {}
+    stamps: dict[str, float] = {}
+    joins = 0
+    for line in worker.log_text().splitlines():
+        found = _LOG_LINE.match(line)
+        if found is None or int(found.group(2)) != process.pid:
+            continue
+        at = time.mktime(time.strptime(found.group(1)[:19], "%Y-%m-%d %H:%M:%S"))
+        at += int(found.group(1)[20:]) / 1000
+        stamps.setdefault("first_line", at)
+        if found.group(3).startswith("Joined group"):
+            joins += 1
+            stamps.setdefault("joined", at)
+        if "Worker ready" in found.group(3):
+            stamps.setdefault("recovered", at)
+            break
+    if not {"first_line", "joined", "recovered"} <= set(stamps):
+        return {}
+    return {
+        "start_to_first_log_s": round(stamps["first_line"] - started_wall, 2),
+        "first_log_to_joined_s": round(stamps["joined"] - stamps["first_line"], 2),
+        "joined_to_recovered_s": round(stamps["recovered"] - stamps["joined"], 2),
+        "joins_before_ready": joins,
+    }
 
 
 def pid(worker: Worker) -> int | None:

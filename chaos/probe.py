@@ -75,6 +75,8 @@ class ReadProbe:
         self.fronts = list(fronts)
         self.pace_s = pace_s
         self.answers: list[Answer] = []
+        #: the worker a read is in flight through, if any
+        self.reading: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="read-probe", daemon=True)
 
@@ -92,9 +94,20 @@ class ReadProbe:
             fronts = self.fronts
             if fronts:
                 table, key = self.keys[n % len(self.keys)]
-                self.answers.append(read(fronts[n % len(fronts)], table, key))
+                front = fronts[n % len(fronts)]
+                self.reading = front.url
+                self.answers.append(read(front, table, key))
+                self.reading = None
                 n += 1
             time.sleep(self.pace_s)
+
+    def avoid(self, worker: Worker, timeout: float = 10.0) -> None:
+        """Read only through the other workers from now on, once the read in flight
+        through ``worker`` (if any) has ended: a worker about to be killed."""
+        self.fronts = [w for w in self.fronts if w is not worker]
+        deadline = time.monotonic() + timeout
+        while self.reading == worker.url and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def failed(self, start: float, end: float) -> list[Answer]:
         return [a for a in self.answers if start <= a.at <= end and a.status != 200]

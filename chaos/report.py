@@ -203,7 +203,10 @@ def _cell(value: Any) -> str:
 
 def _scenario_section(result: dict[str, Any]) -> list[str]:
     lines = ["", f"## {result['title']}", "", result["how"], ""]
-    lines += [f"- [{'x' if c['ok'] else ' '}] {c['check']}" for c in result["checks"]]
+    lines += [
+        f"- [{'x' if c['ok'] else ' '}] {c['check']}{' (target)' if c.get('target') else ''}"
+        for c in result["checks"]
+    ]
     if result.get("error"):
         lines += ["", f"The scenario did not finish: `{result['error']}`"]
     figures = result.get("figures") or {}

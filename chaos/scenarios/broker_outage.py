@@ -25,8 +25,13 @@ FIRST_SECOND = 1.0
 
 
 def run(
-    kafka: LocalKafka, level: LoadLevel, down_s: float = 60.0, workers: int = 2
+    kafka: LocalKafka,
+    level: LoadLevel,
+    down_s: float = 60.0,
+    workers: int = 2,
+    load_s: float = 8.0,
 ) -> dict[str, Any]:
+    """The broker down for ``down_s`` after ``load_s`` of load; ``load_s`` more once back."""
     reset(kafka)
     work = workdir("broker-outage")
     session = Session(kafka, level, work, active_s=down_s + 30.0, seed=3)
@@ -36,7 +41,7 @@ def run(
             for worker in started:
                 worker.wait_ready(240)
             pids = [pid(w) for w in started]
-            figures = _outage(kafka, session, started, down_s)
+            figures = _outage(kafka, session, started, down_s, load_s)
             same = [pid(w) == p and w.alive() for w, p in zip(started, pids, strict=True)]
             figures.update(
                 workers=workers,
@@ -50,10 +55,10 @@ def run(
 
 
 def _outage(
-    kafka: LocalKafka, session: Session, workers: list[Worker], down_s: float
+    kafka: LocalKafka, session: Session, workers: list[Worker], down_s: float, load_s: float
 ) -> dict[str, Any]:
     load = session.start_load()
-    time.sleep(8.0)
+    time.sleep(load_s)
     before = load.figures
     lag_before = session.monitor.lag_at(time.monotonic())
     kill_broker(kafka, 1)  # returns once the process is gone: the outage begins
@@ -62,7 +67,7 @@ def _outage(
     start(kafka)  # returns once the broker answers
     back_at = time.monotonic()
     ready_again = [_ready_after(w, back_at) for w in workers]
-    time.sleep(8.0)
+    time.sleep(load_s)
     session.pause()
     paused = time.monotonic()
     settled = session.settle()

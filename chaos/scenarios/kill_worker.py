@@ -12,12 +12,13 @@ killed and not restarted: the failover, with key reads through the survivors all
 from __future__ import annotations
 
 import random
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from chaos.compare import TABLES, Drift
-from chaos.env import Group, crashes, group, reset, wait_ready, workdir
+from chaos.env import Group, crashes, group, reset, restart_phases, wait_ready, workdir
 from chaos.lag import LagMonitor
 from chaos.load import LoadFigures, LoadLevel
 from chaos.nightly import batch_report
@@ -47,7 +48,8 @@ class KillPlan:
     @property
     def active_s(self) -> float:
         """About how long the load runs, for the event clock."""
-        per_round = sum(self.load_before_kill_s) / 2 + 5.0 + self.load_after_ready_s
+        # a restart under load takes 10 to 20 s here
+        per_round = sum(self.load_before_kill_s) / 2 + 15.0 + self.load_after_ready_s
         return (self.kills + int(self.clean_stop) + int(self.failover)) * per_round
 
 
@@ -106,17 +108,18 @@ class KillRun:
         before = self._resume(number)
         time.sleep(self.rng.uniform(*self.plan.load_before_kill_s))
         self._start_probe()
-        self._fronts([w for w in self.members if w is not victim])
-        time.sleep(0.5)  # the probe's read in flight through the victim, if any, ends
+        assert self.probe is not None
+        self.probe.avoid(victim)
         killed = time.monotonic()
         lag_before = self.monitor.lag_at(killed)
         if kind == "kill9":
             victim.kill9()
         else:
             victim.stop()
-        restarted = time.monotonic()
+        restarted, restarted_wall = time.monotonic(), time.time()
         victim.start()
         ready, failure = wait_ready(victim, self.plan.ready_timeout_s)
+        phases = restart_phases(victim, restarted_wall) if ready is not None else {}
         self._fronts(self.members)
         if ready is not None:
             time.sleep(self.plan.load_after_ready_s)
@@ -129,6 +132,7 @@ class KillRun:
             "victim": victim.datadir.name,
             "restart_to_ready_s": None if ready is None else round(ready - restarted, 2),
             "kill_to_ready_s": None if ready is None else round(ready - killed, 2),
+            **phases,
             **self._load_row(before, after, begun, paused),
             **self._lag_row(lag_before, begun, ready, paused, settled),
             **self._reads_row(killed, paused),
@@ -136,6 +140,13 @@ class KillRun:
             "restart_failed": failure,
         }
         self.previous = settled.drift
+        print(
+            f"chaos: {self.plan.guarantee} round {number} ({kind} {row['victim']}): ready "
+            f"after {row['restart_to_ready_s']} s, drained {row['drain_after_pause_s']} s, "
+            f"exact {row['exact']}",
+            file=sys.stderr,
+            flush=True,
+        )
         return row
 
     def _resume(self, number: int) -> LoadFigures:
@@ -232,11 +243,10 @@ class KillRun:
         time.sleep(self.rng.uniform(*self.plan.load_before_kill_s))
         victim = self.members[-1]
         survivors = [w for w in self.members if w is not victim]
-        self._fronts(survivors)
-        time.sleep(0.5)  # the probe's read in flight through the victim, if any, ends
+        assert self.probe is not None
+        self.probe.avoid(victim)
         killed = time.monotonic()
         victim.kill9()
-        assert self.probe is not None
         found = failover(survivors, self.probe.keys, victim.url, killed)
         time.sleep(self.plan.load_after_ready_s)
         self.session.pause()

@@ -32,9 +32,10 @@ def kafka() -> Iterator[LocalKafka]:
 
 
 def assert_checks(found: list[checks.Check], figures: dict[str, Any], out: Path) -> None:
-    """Every check holds; the figures are kept in ``out``."""
+    """Every check of a guarantee holds (targets, times to be back, are measured: they
+    belong to the full run's report); the figures are kept in ``out``."""
     out.write_text(json.dumps(figures, indent=1, default=str))
-    failed = [c.what for c in found if not c.ok]
+    failed = [c.what for c in found if not c.ok and not c.target]
     assert found, "the scenario ran no check"
     assert not failed, f"{failed}; figures: {json.dumps(figures, default=str)[:3000]}"
 
@@ -83,14 +84,14 @@ def test_kill9_under_load_leaves_every_table_exact_under_exactly_once(
 def test_workers_survive_the_broker_going_away_and_catch_up(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:
-    figures = broker_outage.run(kafka, CI_LEVEL, down_s=10.0)
+    figures = broker_outage.run(kafka, CI_LEVEL, down_s=10.0, load_s=4.0)
     assert_checks(checks.broker_outage(figures), figures, tmp_path / "outage.json")
 
 
 def test_a_full_disk_stops_the_worker_visibly_and_loses_nothing(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:
-    figures = disk.run(kafka, CI_LEVEL, "exactly_once", load_s=6.0)
+    figures = disk.run(kafka, CI_LEVEL, "exactly_once", load_s=4.0)
     if figures.get("skipped"):
         pytest.skip(figures["skipped"])
     assert_checks(checks.disk(figures), figures, tmp_path / "disk.json")
