@@ -1,7 +1,9 @@
 """What each scenario must show, as named checks over its figures.
 
 The runner writes them to the summary; the integration tests assert them. Every check
-can fail, and a failed check fails the scenario.
+compares a measured figure with what the contract or the issue asks, so each can fail;
+where a figure could be vacuous (no sample taken, nothing acknowledged), the check
+also asks for that figure to be there.
 """
 
 from __future__ import annotations
@@ -9,79 +11,222 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+#: Restart to ready, and failover to every key active elsewhere, at most this long.
+BACK_IN_S = 5.0
+#: The load generator must have offered at least this share of the planned rates.
+OFFERED_SHARE = 0.95
+TABLES = ("word_counts", "inventory", "sales_by_category", "unsettled_sales", "settled-sales")
+
 
 @dataclass(frozen=True)
 class Check:
+    """One named property of a scenario's figures. A *target* is a figure the issue
+    asks for (a time to be back, say) rather than a guarantee of the contract: a missed
+    target shows in the verdict without failing the run."""
+
     what: str
     ok: bool
+    target: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"check": self.what, "ok": self.ok}
+        return {"check": self.what, "ok": self.ok, "target": self.target}
 
 
-def verdict(checks: list[Check]) -> str:
-    return "pass" if all(c.ok for c in checks) else "fail"
+def verdict(checks: list[Check], figures: dict[str, Any] | None = None) -> str:
+    """The scenario's verdict: skipped, fail (a guarantee failed), target missed, pass."""
+    if figures is not None and figures.get("skipped"):
+        return "skipped"
+    if not checks or any(not c.ok and not c.target for c in checks):
+        return "fail"
+    return "target missed" if any(not c.ok for c in checks) else "pass"
+
+
+def offered(load: dict[str, Any]) -> list[Check]:
+    """The generator offered the planned rates of lines and item events."""
+    level = load["level"]
+    lines = load.get("acked_lines_per_s", 0) >= OFFERED_SHARE * level["lines_per_s"]
+    events = load.get("acked_events_per_s", 0) >= OFFERED_SHARE * level["events_per_s"]
+    return [
+        Check(
+            f"offered at least {OFFERED_SHARE:.0%} of {level['lines_per_s']:,.0f} lines/s and "
+            f"{level['events_per_s']:,.0f} item events/s (acknowledged)",
+            lines and events,
+        )
+    ]
+
+
+def no_loss(r: dict[str, Any]) -> list[Check]:
+    return [
+        Check(
+            "every acknowledged record is in its topic at its offset",
+            r["acked_records"] > 0 and r["acked_but_lost"] == 0,
+        ),
+        Check("no record written twice to a source topic", r["records_out_of_sequence"] == 0),
+    ]
+
+
+def exact(drift: dict[str, Any], what: str) -> Check:
+    return Check(f"every table and settled-sales equal the ground truth {what}", drift["exact"])
+
+
+def not_under(drift: dict[str, Any], what: str) -> Check:
+    return Check(
+        f"no table under-counted {what}", all(drift[name]["under"] == 0 for name in TABLES)
+    )
 
 
 def kill_worker(r: dict[str, Any]) -> list[Check]:
     eos = r["guarantee"] == "exactly_once"
-    checks = [
+    found = [
+        Check(
+            f"{r['kills_planned']} kills -9 spread over {r['workers']} workers",
+            r["kills"] == r["kills_planned"] and len(r["victims"]) == min(r["workers"], r["kills"]),
+        ),
         Check("no agent crashed", r["agent_crashes"] == 0),
         Check("every restarted worker became ready", not r["restart_failures"]),
-        Check("no word under-counted after any kill", r["under_count_total"] == 0),
-        Check("a clean stop (SIGTERM) adds no drift", r["clean_stop_adds_drift"] is False),
+        Check(
+            f"restart to ready in at most {BACK_IN_S:g} s after every kill",
+            bool(r["restart_to_ready_s"])
+            and all(s is not None and s <= BACK_IN_S for s in r["restart_to_ready_s"]),
+            target=True,
+        ),
+        Check(
+            "no key read failed while workers were killed and restarted",
+            r["reads_during_kills"] > 0 and r["reads_failed_during_kills"] == 0,
+        ),
+        Check(
+            "no table under-counted after any kill",
+            all(n == 0 for n in r["under_count_total"].values()),
+        ),
+        *no_loss(r["losses"]),
+        *offered(r["load"]),
     ]
-    batch = r.get("batch_job")
-    if batch is not None:
-        checks.append(
-            Check(
-                "the nightly job finds exactly the words and stores left wrong",
-                bool(batch.get("ran"))
-                and batch["word_keys_differing"] == batch["word_keys_wrong_measured"]
-                and batch["stores_differing"] == batch["stores_wrong_measured"],
-            )
-        )
     if eos:
-        checks.append(Check("word_counts exact after every kill -9", r["exact_after_every_kill"]))
-        checks.append(
+        found.append(Check("every table exact after every kill -9", r["exact_after_every_kill"]))
+        found.append(
             Check(
-                "inventory exact after every kill -9",
-                r.get("inventory_exact_after_every_kill") is True,
+                "no duplicate in settled-sales",
+                all(n == 0 for n in r["over_count_per_kill"]["settled-sales"]),
             )
         )
-    return checks
+    if r["clean_stop_adds_drift"] is not None:
+        found.append(Check("a clean stop (SIGTERM) adds no drift", not r["clean_stop_adds_drift"]))
+    if r.get("failover") is not None:
+        found += _failover(r["failover"], eos)
+    if r.get("batch_job") is not None:
+        found.append(_nightly(r["batch_job"]))
+    return found
+
+
+def _failover(f: dict[str, Any], eos: bool) -> list[Check]:
+    seconds = f["seconds_to_active"]
+    found = [
+        Check(
+            f"failover: every sampled key answered by an active copy elsewhere within "
+            f"{BACK_IN_S:g} s",
+            seconds is not None and seconds <= BACK_IN_S,
+            target=True,
+        ),
+        Check(
+            "failover: no key read failed meanwhile",
+            f["reads"] > 0 and f["failed_reads"] == 0 and f["probe_reads_failed"] == 0,
+        ),
+    ]
+    if eos:
+        found.append(Check("failover: every table exact afterwards", f["exact_after"]))
+    else:
+        under = [f[f"{name}_under_added"] for name in TABLES]
+        found.append(Check("failover: no table under-counted", all(n == 0 for n in under)))
+    return found
+
+
+def _nightly(batch: dict[str, Any]) -> Check:
+    return Check(
+        "the nightly job finds exactly the keys left wrong (word_counts, inventory, sales)",
+        bool(batch.get("ran")) and batch["keys_differing"] == batch["keys_wrong_measured"],
+    )
 
 
 def broker_loss(r: dict[str, Any]) -> list[Check]:
+    processed = r["processed_while_down"]
     return [
         Check("topics have replication factor 3", min(r["replication_factor"].values()) == 3),
-        Check("no acknowledged event lost", r["acked_but_lost"] == 0),
+        Check("producing (acks=all) went on while the node was down", r["acked_while_down"] > 0),
         Check(
-            "processing went on while the broker was down", r["words_counted_while_broker_down"] > 0
+            "processing went on while the node was down",
+            all(n is not None and n > 0 for n in processed.values()),
         ),
         Check("workers not restarted", r["workers_same_process"]),
         Check("no agent crashed", r["agent_crashes"] == 0),
-        Check("no word under-counted", r["drift"]["words_under"] == 0),
-        Check("tables equal the ground truth", r["drift"]["exact"]),
+        Check("caught up once the load paused", r["drain_after_pause_s"] is not None),
+        exact(r["drift"], "after catch-up"),
+        *no_loss(r),
+        *offered(r["load"]),
     ]
 
 
 def broker_outage(r: dict[str, Any]) -> list[Check]:
+    enough = (r["broker_down_s"] - 2) * r["workers"]
     return [
         Check("workers not restarted", r["workers_same_process"]),
         Check("no agent crashed", r["agent_crashes"] == 0),
-        Check("/health answered 200 throughout", r["health_200"] == r["health_samples"]),
         Check(
-            "/ready answered 503 with a reason while the broker was down",
-            r["ready_503"] == r["ready_samples"] and bool(r["ready_reasons"]),
+            "/health answered 200 throughout", r["samples"] > 0 and r["health_200"] == r["samples"]
+        ),
+        Check(
+            "/ready answered 503 with a reason in every sample from the first second on",
+            r["samples_from_first_second"] >= enough
+            and r["ready_503_with_reason"] == r["samples_from_first_second"],
         ),
         Check(
             "ready again after the broker came back",
             all(s is not None for s in r["ready_again_after_s"]),
         ),
-        Check("no acknowledged event lost", r["acked_but_lost"] == 0),
-        Check("tables caught up with the ground truth", r["drift"]["exact"]),
+        Check("caught up once the load paused", r["drain_after_pause_s"] is not None),
+        exact(r["drift"], "after catch-up"),
+        *no_loss(r),
+        *offered(r["load"]),
     ]
+
+
+def disk(r: dict[str, Any]) -> list[Check]:
+    if r.get("skipped"):
+        return []
+    eos = r["guarantee"] == "exactly_once"
+    report, offsets = r["report"], r["offsets"]
+    found = [
+        Check(
+            "/ready answered 503 failed",
+            report.get("ready") == 503 and report.get("status") == "failed",
+        ),
+        Check("/metrics said streamstate_engine_failed 1", report.get("metric") == 1),
+        Check("the worker process stayed up", r["worker_alive_after_fault"]),
+        Check(
+            "nothing more committed for its partitions after it failed",
+            bool(r["partitions_of_the_worker"]) and not r["committed_moved_after_report"],
+        ),
+        Check("restarted once the disk had room", r["restart_failed"] is None),
+        Check("no agent crashed", r["agent_crashes"] == 0),
+        *no_loss(r),
+        *offered(r["load"]),
+    ]
+    if eos:
+        found.append(
+            Check(
+                "committed offsets not past what the changelogs hold",
+                offsets["compared"] > 0 and offsets["committed_past_changelog"] == 0,
+            )
+        )
+        found.append(exact(r["drift"], "after the restart and catch-up"))
+    else:
+        found.append(
+            Check(
+                "committed offsets not past what its stores hold",
+                offsets["compared"] > 0 and offsets["committed_past_store"] == 0,
+            )
+        )
+        found.append(not_under(r["drift"], "after the restart and catch-up"))
+    return found
 
 
 def bad_input(r: dict[str, Any]) -> list[Check]:
@@ -109,7 +254,14 @@ def api_fuzz(r: dict[str, Any], min_cases: int = 1000) -> list[Check]:
 
 def lost_disk(r: dict[str, Any]) -> list[Check]:
     return [
+        Check(
+            "the workload filled word_counts and inventory",
+            r["keys"]["word_counts"] > 0 and r["keys"]["inventory"] > 0,
+        ),
         Check("tables equal before and after, at the first ready", r["equal_at_ready"]),
-        Check("every changelog record restored", r["records_restored"] == r["changelog_records"]),
+        Check(
+            "every changelog record restored",
+            r["changelog_records"] > 0 and r["records_restored"] == r["changelog_records"],
+        ),
         Check("no agent crashed", r["agent_crashes"] == 0),
     ]

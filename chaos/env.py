@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -10,7 +11,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,14 +72,32 @@ def start(kafka: LocalKafka, attempts: int = 4, timeout: float = 60.0) -> None:
 
 
 def _wait_ports_free(kafka: LocalKafka, timeout: float = 60.0) -> None:
-    """Wait until no socket holds a client or controller port of the cluster."""
-    ports = [kafka.port + offset for offset in range(2 * kafka.brokers)]
+    """Wait until no socket holds a client or controller port of a node that is not
+    running; fail if one stays taken (ops/kafka.sh would take a broker already listening
+    there for the one it started, and the scenario would run against another cluster)."""
+    ports = [
+        kafka.port + 2 * (node - 1) + offset
+        for node in range(1, kafka.brokers + 1)
+        if not _node_running(kafka, node)
+        for offset in (0, 1)
+    ]
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         busy = [p for p in ports if not _bindable(p)]
         if not busy:
             return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ports {busy} stay taken by another process for {timeout}s")
         time.sleep(1.0)
+
+
+def _node_running(kafka: LocalKafka, node: int) -> bool:
+    pidfile = kafka.directory / f"node-{node}" / "kafka.pid"
+    try:
+        os.kill(int(pidfile.read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _bindable(port: int) -> bool:
@@ -131,6 +150,70 @@ def group(kafka: LocalKafka, directory: Path, **env: str) -> Iterator[Group]:
         yield workers
     finally:
         workers.stop_all()
+
+
+def wait_ready(worker: Worker, timeout: float) -> tuple[float | None, str | None]:
+    """(when a starting worker first answered /ready 200, None), or (None, why not);
+    /ready is asked every 0.1 s, so the moment is exact to that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not worker.alive():
+            return None, f"exited: {worker.log_tail(3)[-400:]}"
+        try:
+            status, _ = worker.get("/ready", timeout=1.0)
+        except OSError:
+            status = None
+        if status == 200:
+            return time.monotonic(), None
+        time.sleep(0.1)
+    reasons = [line for line in worker.log_text().splitlines() if "Crashed reason" in line]
+    return None, (reasons[-1] if reasons else f"not ready in {timeout}s")[-400:]
+
+
+def wait_for(check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
+    """Poll ``check`` until it returns something truthy; None on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    return None
+
+
+_LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \[(\d+)\] \[\w+\] (.*)")
+
+
+def restart_phases(worker: Worker, started_wall: float) -> dict[str, Any]:
+    """Where a restart's time went, from the worker's log (its current process): until
+    its first log line (interpreter and imports), until it joined the group, until
+    faust's recovery said ready; and how many times it joined meanwhile."""
+    process = worker.process
+    if process is None:
+        return {}
+    stamps: dict[str, float] = {}
+    joins = 0
+    for line in worker.log_text().splitlines():
+        found = _LOG_LINE.match(line)
+        if found is None or int(found.group(2)) != process.pid:
+            continue
+        at = time.mktime(time.strptime(found.group(1)[:19], "%Y-%m-%d %H:%M:%S"))
+        at += int(found.group(1)[20:]) / 1000
+        stamps.setdefault("first_line", at)
+        if found.group(3).startswith("Joined group"):
+            joins += 1
+            stamps.setdefault("joined", at)
+        if "Worker ready" in found.group(3):
+            stamps.setdefault("recovered", at)
+            break
+    if not {"first_line", "joined", "recovered"} <= set(stamps):
+        return {}
+    return {
+        "start_to_first_log_s": round(stamps["first_line"] - started_wall, 2),
+        "first_log_to_joined_s": round(stamps["joined"] - stamps["first_line"], 2),
+        "joined_to_recovered_s": round(stamps["recovered"] - stamps["joined"], 2),
+        "joins_before_ready": joins,
+    }
 
 
 def pid(worker: Worker) -> int | None:

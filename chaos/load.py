@@ -1,184 +1,230 @@
-"""A steady producer of text lines and item events, run in its own thread.
+"""The load a scenario offers: its level, and the generator process that offers it.
 
-Every record carries a header ``chaos-seq`` with its sequence number, so that what the
-producer saw acknowledged can be matched with what the source topics hold: the ground
-truth is computed from the topics, the loss check from the acknowledgements.
+The level comes from the latest committed ``make bench`` run
+(``bench/results/summary.json``): half of what one worker processed of each pipeline on
+this machine, text lines and item events at the same time, with payments for about half
+of the sales. ``CHAOS_LINES_PER_S`` / ``CHAOS_EVENTS_PER_S`` (or ``python -m chaos
+--lines-per-s/--events-per-s``) override it; the CI-sized suite uses a small fixed level.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import random
+import json
+import os
+import subprocess
+import sys
 import threading
-import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
-import orjson
-from aiokafka import AIOKafkaProducer
+from chaos.loadgen import LEDGER_ENTRY, TOPICS
+from tests.support.kafka import ROOT
 
-VOCABULARY = [
-    *("the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "stream", "state"),
-    *("table", "kafka", "worker", "changelog", "standby", "restore", "partition", "offset"),
-    *("commit", "crash", "kill", "replay", "count", "straße", "café", "naïve", "ΣΟΦΙΑ"),
-    *("élan", "über"),
-]
-STORES = [f"store-{n:02d}" for n in range(6)]
-SKUS = ["DAI-1", "BAK-1", "DRI-1"]
-SEQ_HEADER = "chaos-seq"
+BENCH_SUMMARY = ROOT / "bench" / "results" / "summary.json"
+#: The share of the bench's throughput the full run offers.
+BENCH_FRACTION = 0.5
 
 
-def text_line(rng: random.Random) -> str:
-    return " ".join(rng.choice(VOCABULARY) for _ in range(rng.randint(3, 8)))
+@dataclass(frozen=True)
+class LoadLevel:
+    """Offered rates, and where they come from."""
+
+    lines_per_s: float
+    events_per_s: float
+    source: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lines_per_s": self.lines_per_s,
+            "events_per_s": self.events_per_s,
+            "source": self.source,
+        }
 
 
-def item_event(rng: random.Random, seq: int, now_ms: int) -> dict[str, Any]:
-    kind = rng.choice(["sale", "sale", "restock", "adjust"])
-    event: dict[str, Any] = {
-        "event_id": f"chaos-{seq}",
-        "store_id": rng.choice(STORES),
-        "sku": rng.choice(SKUS),
-        "kind": kind,
-        "quantity": rng.randint(1, 9) if kind != "adjust" else rng.choice([-2, -1, 1, 3]),
-        "ts": now_ms,
-    }
-    if kind == "sale":
-        event["unit_price"] = rng.choice([0.5, 1.25, 2.0])
-    return event
+#: The CI-sized level: enough to keep batches and transactions in flight at every kill.
+CI_LEVEL = LoadLevel(4000.0, 400.0, "the CI-sized level (fixed)")
+
+
+def bench_level(path: Path = BENCH_SUMMARY, fraction: float = BENCH_FRACTION) -> LoadLevel:
+    """``fraction`` of the word count and inventory rates of the latest bench run."""
+    summary = json.loads(path.read_text())
+    lines = float(summary["wordcount"]["events_per_s"])
+    events = float(summary["inventory"]["events_per_s"])
+    commit = summary.get("machine", {}).get("git_commit", "?")
+    return LoadLevel(
+        round(lines * fraction),
+        round(events * fraction),
+        f"{fraction:.0%} of make bench at {commit} (word count {lines:,.0f} lines/s, "
+        f"inventory {events:,.0f} events/s)",
+    )
+
+
+def level(quick: bool, lines: float | None = None, events: float | None = None) -> LoadLevel:
+    """The level of a run: explicit figures, else the environment, else the bench's
+    (the full run) or the CI level (quick)."""
+    base = CI_LEVEL if quick else bench_level()
+    lines = lines or _env_float("CHAOS_LINES_PER_S")
+    events = events or _env_float("CHAOS_EVENTS_PER_S")
+    if lines is None and events is None:
+        return base
+    return LoadLevel(
+        lines if lines is not None else base.lines_per_s,
+        events if events is not None else base.events_per_s,
+        "set by the operator (CHAOS_LINES_PER_S / CHAOS_EVENTS_PER_S or flags)",
+    )
+
+
+def _env_float(name: str) -> float | None:
+    raw = os.environ.get(name)
+    return float(raw) if raw else None
 
 
 @dataclass
-class LoadStats:
-    """What the producer sent and what the brokers acknowledged."""
+class LoadFigures:
+    """The generator's latest report."""
 
-    sent: int = 0
-    acked: set[int] = field(default_factory=set)
-    failed: int = 0
+    active_s: float = 0.0
+    clock_ms: int = 0
+    offered: dict[str, int] = field(default_factory=dict)
+    acked: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
+    skipped_s: float = 0.0
+
+    @classmethod
+    def of(cls, report: dict[str, Any]) -> LoadFigures:
+        return cls(
+            active_s=float(report["active_s"]),
+            clock_ms=int(report["clock_ms"]),
+            offered=dict(report["offered"]),
+            acked=dict(report["acked"]),
+            failed=dict(report["failed"]),
+            errors=dict(report["errors"]),
+            skipped_s=float(report["skipped_s"]),
+        )
+
+    @property
+    def acked_total(self) -> int:
+        return sum(self.acked.values())
 
 
-class SteadyLoad:
-    """Writes ``lines_per_s`` text lines and ``events_per_s`` item events per second.
+class LoadProcess:
+    """``python -m chaos.loadgen`` as a child process, steered through its stdin.
 
-    ``pause()`` stops new sends and waits until every sent record is acknowledged or
-    failed; ``resume()`` starts again. Producers use acks=all and idempotence, so a
-    broker failover does not duplicate records.
+    The event clock starts ``lead_s`` of event time in the past, runs ``speed`` times
+    faster than the load's active time, and stays within minutes of the wall clock.
     """
 
     def __init__(
-        self, bootstrap: str, lines_per_s: float, events_per_s: float, seed: int = 1
+        self,
+        bootstrap: str,
+        load: LoadLevel,
+        workdir: Path,
+        *,
+        seed: int = 1,
+        run_id: str = "r1",
+        clock_start_ms: int,
+        clock_speed: float,
     ) -> None:
-        self.bootstrap = bootstrap
-        self.lines_per_s = lines_per_s
-        self.events_per_s = events_per_s
-        self.rng = random.Random(seed)
-        self.stats = LoadStats()
-        self._running = threading.Event()
-        self._stop = threading.Event()
-        self._idle = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="chaos-load", daemon=True)
-        self._seq = 0
+        self.ledger = workdir / f"ledger-{run_id}.bin"
+        self.ledger.unlink(missing_ok=True)
+        self.log = workdir / f"loadgen-{run_id}.log"
+        command = [
+            sys.executable,
+            "-m",
+            "chaos.loadgen",
+            "--bootstrap",
+            bootstrap,
+            "--ledger",
+            str(self.ledger),
+            "--lines-per-s",
+            str(load.lines_per_s),
+            "--events-per-s",
+            str(load.events_per_s),
+            "--clock-start-ms",
+            str(clock_start_ms),
+            "--clock-speed",
+            str(clock_speed),
+            "--seed",
+            str(seed),
+            "--run-id",
+            run_id,
+        ]
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
+            )
+        self.figures = LoadFigures()
+        self._events: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, name="loadgen-reports", daemon=True)
+        self._reader.start()
 
-    def start(self) -> SteadyLoad:
-        self._running.set()
-        self._thread.start()
-        return self
+    def _read(self) -> None:
+        stdout: IO[bytes] | None = self.process.stdout
+        assert stdout is not None
+        for line in stdout:
+            report = json.loads(line)
+            with self._lock:
+                self.figures = LoadFigures.of(report)
+                done = self._events.pop(report["event"], None)
+            if done is not None:
+                done.set()
 
-    def pause(self, timeout: float = 120.0) -> None:
-        self._idle.clear()
-        self._running.clear()
-        if not self._idle.wait(timeout):
-            raise TimeoutError(f"the producer did not drain in {timeout}s")
+    def _command(self, command: str, timeout: float) -> LoadFigures:
+        done = threading.Event()
+        with self._lock:
+            self._events[command] = done
+        stdin = self.process.stdin
+        assert stdin is not None
+        stdin.write(f"{command}\n".encode())
+        stdin.flush()
+        if not done.wait(timeout):
+            raise TimeoutError(f"the load generator did not answer {command!r} in {timeout}s")
+        return self.figures
 
-    def resume(self) -> None:
-        self._idle.clear()
-        self._running.set()
+    def pause(self, timeout: float = 180.0) -> LoadFigures:
+        """Stop offering; returns once every batch in flight is acknowledged or failed."""
+        return self._command("pause", timeout)
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._running.set()
-        self._thread.join(180)
+    def resume(self) -> LoadFigures:
+        return self._command("resume", 30.0)
 
-    def _main(self) -> None:
-        # The client logs every failed connection while a broker is away; the figures
-        # count the failures that matter (records not acknowledged).
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-        asyncio.run(self._run())
+    def stop(self, timeout: float = 180.0) -> LoadFigures:
+        """Stop the process (every batch in flight settled first); its last figures."""
+        if self.process.poll() is None:
+            stdin = self.process.stdin
+            assert stdin is not None
+            try:
+                stdin.write(b"stop\n")
+                stdin.close()
+                self.process.wait(timeout)
+            except (subprocess.TimeoutExpired, BrokenPipeError):
+                self.process.kill()  # by its pid: it is our child
+                self.process.wait(10)
+        self._reader.join(10)
+        return self.figures
 
-    async def _run(self) -> None:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=20,
-            request_timeout_ms=120_000,
-        )
-        await producer.start()
-        pending: set[asyncio.Future[Any]] = set()
-        try:
-            while not self._stop.is_set():
-                if not self._running.is_set():
-                    if pending:
-                        await asyncio.wait(pending)
-                    self._idle.set()
-                    await asyncio.sleep(0.05)
-                    continue
-                started = time.monotonic()
-                pending |= await self._send_second(producer)
-                pending = {f for f in pending if not f.done()}
-                await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
-            if pending:
-                await asyncio.wait(pending)
-        finally:
-            await producer.stop()
+    def alive(self) -> bool:
+        return self.process.poll() is None
 
-    async def _send_second(self, producer: AIOKafkaProducer) -> set[asyncio.Future[Any]]:
-        """One second's worth of records, spread over ten ticks."""
-        futures: set[asyncio.Future[Any]] = set()
-        lines, events = self.lines_per_s / 10, self.events_per_s / 10
-        owed_lines = owed_events = 0.0
-        for _ in range(10):
-            if not self._running.is_set() or self._stop.is_set():
-                break
-            owed_lines += lines
-            owed_events += events
-            while owed_lines >= 1:
-                owed_lines -= 1
-                futures.add(await self._send(producer, "text-lines", None, text_line(self.rng)))
-            while owed_events >= 1:
-                owed_events -= 1
-                event = item_event(self.rng, self._seq, int(time.time() * 1000))
-                key = event["store_id"].encode()
-                futures.add(await self._send(producer, "item-events", key, event))
-            await asyncio.sleep(0.1)
-        return futures
 
-    async def _send(
-        self, producer: AIOKafkaProducer, topic: str, key: bytes | None, value: Any
-    ) -> asyncio.Future[Any]:
-        seq = self._seq
-        self._seq += 1
-        raw = value.encode() if isinstance(value, str) else orjson.dumps(value)
-        headers = [(SEQ_HEADER, str(seq).encode())]
-        self.stats.sent += 1
-        try:
-            future: asyncio.Future[Any] = await producer.send(topic, raw, key=key, headers=headers)
-        except Exception as error:  # the accumulator refused it (broker gone too long)
-            self._failed(error)
-            done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
-        future.add_done_callback(lambda f: self._settled(seq, f))
-        return future
+@dataclass(frozen=True)
+class AckedBatch:
+    """One acknowledged record batch: where it went and which sequence numbers it holds."""
 
-    def _settled(self, seq: int, future: asyncio.Future[Any]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            self._failed(future.exception())
-        else:
-            self.stats.acked.add(seq)
+    topic: str
+    partition: int
+    base_offset: int
+    first_seq: int
+    count: int
 
-    def _failed(self, error: BaseException | None) -> None:
-        self.stats.failed += 1
-        name = type(error).__name__
-        self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
+
+def acked_batches(ledger: Path) -> Iterator[AckedBatch]:
+    """The ledger's entries, in the order they were acknowledged."""
+    data = ledger.read_bytes() if ledger.exists() else b""
+    usable = len(data) - len(data) % LEDGER_ENTRY.size
+    for topic, partition, base, first, count in LEDGER_ENTRY.iter_unpack(data[:usable]):
+        yield AckedBatch(TOPICS[topic], partition, base, first, count)

@@ -8,25 +8,46 @@ import platform
 import subprocess
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
+from chaos.load import LoadLevel
 from ops.generated import README, ROOT, replace_section
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def machine() -> dict[str, Any]:
+def _git(*args: str) -> str:
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip()
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
     except OSError:
-        commit = ""
+        return ""
+    return done.stdout.strip()
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def machine() -> dict[str, Any]:
+    """The machine and the code a run measures (taken at its start)."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {
         "cpus": os.cpu_count(),
-        "load_average_1m": round(os.getloadavg()[0], 1),
+        "cpu_model": _cpu_model(),
+        "memory_gib": round(memory, 1),
+        "os": platform.platform(),
         "python": platform.python_version(),
-        "commit": commit,
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "uncommitted_changes": [line[3:] for line in _git("status", "--porcelain").splitlines()],
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -41,13 +62,55 @@ def previous(directory: Path = RESULTS) -> dict[str, Any]:
     return scenarios
 
 
-def write(results: dict[str, Any], mode: str, directory: Path = RESULTS) -> Path:
+def load_figures(level: LoadLevel, results: dict[str, Any]) -> dict[str, Any]:
+    """The offered level, and per loaded scenario what was offered and processed."""
+    per: dict[str, Any] = {}
+    for name, result in results.items():
+        figures = result.get("figures") or {}
+        load = figures.get("load")
+        if not load or "acked_lines_per_s" not in load:
+            continue
+        rounds = figures.get("rounds") or []
+        per[name] = {
+            "offered_lines_per_s": load["acked_lines_per_s"],
+            "offered_events_per_s": load["acked_events_per_s"],
+            "offered_payments_per_s": load["acked_payments_per_s"],
+            "processed_lines_per_s": _median(rounds, "processed_lines_per_s")
+            or figures.get("processed_lines_per_s_while_down"),
+            "processed_events_per_s": _median(rounds, "processed_events_per_s")
+            or figures.get("processed_events_per_s_while_down"),
+            "peak_lag": max((r["peak_lag"] or 0 for r in rounds), default=None)
+            or figures.get("peak_lag"),
+            "drain_after_pause_s": _median(rounds, "drain_after_pause_s")
+            or figures.get("drain_after_pause_s"),
+        }
+    return {**level.as_dict(), "scenarios": per}
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float | None:
+    found = [r[key] for r in rows if r.get(key) is not None]
+    return round(median(found), 1) if found else None
+
+
+def write(
+    results: dict[str, Any],
+    mode: str,
+    machine_figures: dict[str, Any],
+    level: LoadLevel,
+    run: dict[str, Any],
+    directory: Path = RESULTS,
+) -> Path:
     """Write both files; return the path of summary.md."""
     directory.mkdir(parents=True, exist_ok=True)
     document = {
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "mode": mode,
-        "machine": machine(),
+        "machine": {
+            **machine_figures,
+            "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "run": run,
+        "load": load_figures(level, results),
         "scenarios": results,
     }
     (directory / "summary.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
@@ -60,10 +123,12 @@ def write(results: dict[str, Any], mode: str, directory: Path = RESULTS) -> Path
 
 def headline(document: dict[str, Any]) -> str:
     """The README's reliability table: each scenario's verdict and headline."""
-    m = document["machine"]
+    m, load = document["machine"], document["load"]
     lines = [
         f"`make chaos` at commit `{m['commit']}` ({document['mode']} run, "
-        f"{document['generated_at']}, {m['cpus']} cores):",
+        f"{document['generated_at']}, {m['cpus']} cores, {document['run']['seconds'] // 60} "
+        f"min), offering {load['lines_per_s']:,.0f} text lines/s and "
+        f"{load['events_per_s']:,.0f} item events/s ({load['source']}):",
         "",
         "| fault | verdict | what happened |",
         "| --- | --- | --- |",
@@ -84,9 +149,14 @@ def markdown(document: dict[str, Any]) -> str:
     lines = [
         "# Reliability: chaos suite results",
         "",
-        f"Run {document['generated_at']} ({document['mode']} run), commit {m['commit']}, "
-        f"{m['cpus']} cores, load average {m['load_average_1m']} at the end; every process "
-        "on loopback. Produced by `make chaos` (`python -m chaos`).",
+        f"Run {document['generated_at']} ({document['mode']} run, {document['run']['seconds']} s),"
+        f" commit {m['commit']}{' with uncommitted changes' if m['uncommitted_changes'] else ''},"
+        f" {m['cpus']} cores ({m['cpu_model']}), {m['memory_gib']} GiB, load average "
+        f"{m['load_average_start']} at the start and {m['load_average_end']} at the end (the "
+        "machine is shared); every process on loopback. Produced by `make chaos` "
+        "(`python -m chaos`).",
+        "",
+        *_load_section(document["load"]),
         "",
         "| scenario | verdict | figures |",
         "| --- | --- | --- |",
@@ -95,25 +165,64 @@ def markdown(document: dict[str, Any]) -> str:
     for result in scenarios.values():
         lines.append(f"| {result['title']} | {result['verdict']} | {result['headline']} |")
     for result in scenarios.values():
-        lines += ["", f"## {result['title']}", "", result["how"], ""]
-        lines += [f"- [{'x' if c['ok'] else ' '}] {c['check']}"
-                  for c in result["checks"]]  # fmt: skip
-        if result.get("error"):
-            lines += ["", f"The scenario did not finish: `{result['error']}`"]
-        figures = result.get("figures") or {}
-        rounds = figures.get("rounds")
-        if rounds:
-            lines += ["", *_table(rounds)]
-        scalars = {k: v for k, v in figures.items() if k != "rounds"}
-        if scalars:
-            lines += ["", "```json", json.dumps(scalars, indent=1, default=str), "```"]
-        for note in result.get("notes", []):
-            lines += ["", note]
+        lines += _scenario_section(result)
     return "\n".join(lines) + "\n"
 
 
+def _load_section(load: dict[str, Any]) -> list[str]:
+    lines = [
+        f"Offered load: {load['lines_per_s']:,.0f} text lines/s and {load['events_per_s']:,.0f} "
+        f"item events/s at the same time, with payments for about half of the sales "
+        f"({load['source']}). Processed rates are the group's committed offsets over the "
+        "loaded stretches (the median round); lag is records not yet committed over every "
+        "topic the group reads; the drain is the time from the pause of the load to lag 0.",
+        "",
+        "| scenario | offered lines/s | offered events/s | payments/s | processed lines/s | "
+        "processed events/s | peak lag | drain after pause (s) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, row in load["scenarios"].items():
+        cells = [
+            row["offered_lines_per_s"],
+            row["offered_events_per_s"],
+            row["offered_payments_per_s"],
+            row["processed_lines_per_s"],
+            row["processed_events_per_s"],
+            row["peak_lag"],
+            row["drain_after_pause_s"],
+        ]
+        lines.append(f"| {name} | " + " | ".join(_cell(c) for c in cells) + " |")
+    return lines
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:g}"
+    return "" if value is None else str(value)
+
+
+def _scenario_section(result: dict[str, Any]) -> list[str]:
+    lines = ["", f"## {result['title']}", "", result["how"], ""]
+    lines += [
+        f"- [{'x' if c['ok'] else ' '}] {c['check']}{' (target)' if c.get('target') else ''}"
+        for c in result["checks"]
+    ]
+    if result.get("error"):
+        lines += ["", f"The scenario did not finish: `{result['error']}`"]
+    figures = result.get("figures") or {}
+    rounds = figures.get("rounds")
+    if rounds:
+        lines += ["", *_table(rounds)]
+    scalars = {k: v for k, v in figures.items() if k != "rounds"}
+    if scalars:
+        lines += ["", "```json", json.dumps(scalars, indent=1, default=str), "```"]
+    for note in result.get("notes", []):
+        lines += ["", note]
+    return lines
+
+
 def _table(rows: list[dict[str, Any]]) -> list[str]:
-    columns = list(rows[0])
+    columns = [c for c in rows[0] if not isinstance(rows[0][c], list | dict)]
     out = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-    out += ["| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows]
+    out += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
     return out

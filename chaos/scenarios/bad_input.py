@@ -11,8 +11,7 @@ from collections import Counter
 from typing import Any
 
 from chaos import corpus
-from chaos.env import crashes, group, scan, workdir
-from chaos.truth import wait_for
+from chaos.env import crashes, group, scan, wait_for, workdir
 from tests.support.kafka import LocalKafka
 from tests.support.kafka_io import Record, changelog_state, produce, read_topic
 

@@ -1,205 +1,298 @@
-"""kill -9 of a worker under continuous load, repeated; then a clean stop for contrast.
+"""kill -9 of workers under sustained load, round after round; a clean stop; a failover.
 
-Each round: the producer keeps writing while a worker is killed with SIGKILL and started
-again on the same data dir; then the producer pauses, the tables settle, and the drift
-against the ground truth (computed from the source topics) is measured. The drift a round
-adds is that kill's over-count (or under-count). A final round stops the worker with
-SIGTERM instead: the guarantee's exact case. With ``batch_check``, the nightly job then
-runs against the same topics, and its report is compared with the measured drift: it
-must find exactly the words and stores that the rounds left wrong.
+Three workers process the load (chaos/load.py) while, each round, one of them is killed
+with SIGKILL at a random moment and started again at once on the same data dir; the load
+goes on through the restart, then pauses: the group catches up and every table (and
+``settled-sales``) is compared with the ground truth from the source topics. What a round
+adds to a table's drift is that kill's over-count (or under-count). The victims rotate
+over the workers. A round with SIGTERM instead shows the clean case; then one worker is
+killed and not restarted: the failover, with key reads through the survivors all along.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from chaos.env import crashes, group, reset, workdir
-from chaos.load import SteadyLoad
-from chaos.truth import Drift, drift, settle
-from tests.support.kafka import ROOT, LocalKafka
+from chaos.compare import TABLES, Drift
+from chaos.env import Group, crashes, group, reset, restart_phases, wait_ready, workdir
+from chaos.lag import LagMonitor
+from chaos.load import LoadFigures, LoadLevel
+from chaos.nightly import batch_report
+from chaos.probe import ReadProbe, failover, sample_keys
+from chaos.session import Session, Settled
+from tests.support.kafka import LocalKafka
 from tests.support.workers import Worker
+
+#: The tables compared, and the settled pairs.
+COMPARED = (*TABLES, "settled-sales")
 
 
 @dataclass(frozen=True)
 class KillPlan:
     guarantee: str
-    kills: int
-    workers: int = 1
-    lines_per_s: float = 20.0
-    events_per_s: float = 8.0
-    load_before_kill_s: tuple[float, float] = (4.0, 9.0)
-    down_s: float = 2.0
-    load_after_restart_s: float = 4.0
+    kills: int = 10
+    workers: int = 3
+    load_before_kill_s: tuple[float, float] = (6.0, 12.0)
+    load_after_ready_s: float = 8.0
     clean_stop: bool = True
+    failover: bool = True
     seed: int = 7
     #: Run the nightly job at the end and compare its report with the measured drift.
     batch_check: bool = False
+    ready_timeout_s: float = 120.0
+
+    @property
+    def active_s(self) -> float:
+        """About how long the load runs, for the event clock."""
+        # a restart under load takes 10 to 20 s here
+        per_round = sum(self.load_before_kill_s) / 2 + 15.0 + self.load_after_ready_s
+        return (self.kills + int(self.clean_stop) + int(self.failover)) * per_round
 
 
-def run(kafka: LocalKafka, plan: KillPlan) -> dict[str, Any]:
-    """Run the rounds of ``plan`` on ``kafka``, whose topics are deleted first."""
+def run(kafka: LocalKafka, plan: KillPlan, level: LoadLevel) -> dict[str, Any]:
+    """Run ``plan`` at ``level`` on ``kafka``, whose topics are deleted first."""
     reset(kafka)
-    rng = random.Random(plan.seed)
-    rounds: list[dict[str, Any]] = []
-    env = {"PROCESSING_GUARANTEE": plan.guarantee}
     work = workdir(f"kill-{plan.guarantee}")
-    batch: dict[str, Any] | None = None
-    with group(kafka, work, **env) as workers:
-        members = [workers.add(f"w{n}") for n in range(plan.workers)]
-        for worker in members:
-            worker.wait_ready(240)
-        load = SteadyLoad(kafka.bootstrap, plan.lines_per_s, plan.events_per_s, plan.seed)
-        load.start()
-        previous: Drift | None = None
-        try:
-            kinds = ["kill9"] * plan.kills + (["sigterm"] if plan.clean_stop else [])
-            for number, kind in enumerate(kinds, 1):
-                victim = members[(number - 1) % len(members)]
-                time.sleep(rng.uniform(*plan.load_before_kill_s))
-                started = time.monotonic()
-                if kind == "kill9":
-                    victim.kill9()
-                else:
-                    victim.stop()
-                time.sleep(plan.down_s)
-                workers.restart(victim)
-                failure = _wait_ready(victim)
-                ready_s = time.monotonic() - started
-                if failure is None:
-                    time.sleep(plan.load_after_restart_s)
-                load.pause()
-                truth, tables, settle_s = settle(kafka.bootstrap, quiet_s=6.0 if failure else 12.0)
-                now = drift(truth, tables)
-                row = _round(number, kind, now, previous, ready_s, settle_s, truth)
-                rounds.append({**row, "restart_failed": failure})
-                previous = now
-                if failure is not None:
-                    break  # the worker cannot start again: the rounds end here
-                load.resume()
-        finally:
-            load.stop()
-        if plan.batch_check:
-            truth, tables, _ = settle(kafka.bootstrap, quiet_s=12.0)
-            batch = batch_report(kafka, work / "recompute", drift(truth, tables))
-        agent_crashes = sum(crashes(w) for w in members)
-    summary = _summary(plan, rounds, load, agent_crashes)
-    if batch is not None:
-        summary["batch_job"] = batch
-    return summary
-
-
-def batch_report(kafka: LocalKafka, out: Any, measured: Drift) -> dict[str, Any]:
-    """Run ``python -m jobs.recompute`` on the topics; its findings next to ``measured``."""
-    if importlib.util.find_spec("pyspark") is None:
-        return {"ran": False, "why": "pyspark is not installed"}
-    started = time.monotonic()
-    command = [
-        sys.executable,
-        "-m",
-        "jobs.recompute",
-        "--bootstrap",
-        kafka.bootstrap,
-        "--out",
-        str(out),
-        "--settle-timeout",
-        "60",
-    ]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    seconds = round(time.monotonic() - started, 1)
-    report_path = out / "report.json"
-    if done.returncode not in (0, 3) or not report_path.exists():
-        tail = (done.stderr or done.stdout)[-400:]
-        return {"ran": False, "why": f"exit {done.returncode}: {tail}", "seconds": seconds}
-    report = orjson.loads(report_path.read_bytes())
-    tables = report["tables"]
-
-    def differing(name: str) -> int:
-        entry = tables[name]
-        return int(entry["mismatched"] + entry["missing_in_stream"] + entry["missing_in_batch"])
-
-    return {
-        "ran": True,
-        "exit": done.returncode,
-        "seconds": seconds,
-        "cut_settled": report["cut_settled"],
-        "word_keys_differing": differing("word_counts"),
-        "stores_differing": differing("inventory"),
-        "word_keys_wrong_measured": measured.keys_over + measured.keys_under,
-        "stores_wrong_measured": measured.stores_wrong,
-        "words_over_measured": measured.words_over,
-    }
-
-
-def _wait_ready(worker: Worker) -> str | None:
-    """None once the restarted worker is ready; else why it is not (from its log)."""
+    session = Session(kafka, level, work, active_s=plan.active_s, seed=plan.seed)
     try:
-        worker.wait_ready(300)
-        return None
-    except (RuntimeError, TimeoutError):
-        reasons = [line for line in worker.log_text().splitlines() if "Crashed reason" in line]
-        return (reasons[-1] if reasons else worker.log_tail(3))[-400:]
+        with group(kafka, work, PROCESSING_GUARANTEE=plan.guarantee) as workers:
+            figures = KillRun(plan, session, workers).run()
+            if plan.batch_check:
+                drift = session.compare()
+                figures["batch_job"] = batch_report(kafka, work / "recompute", drift)
+    finally:
+        load = session.close()
+    figures["load"] = load
+    return figures
 
 
-def _round(
-    number: int,
-    kind: str,
-    now: Drift,
-    previous: Drift | None,
-    ready_s: float,
-    settle_s: float,
-    truth: Any,
-) -> dict[str, Any]:
-    before_over = previous.words_over if previous else 0
-    before_under = previous.words_under if previous else 0
-    return {
-        "round": number,
-        "fault": kind,
-        "lines_produced": truth.lines,
-        "events_produced": truth.events,
-        "words_produced": now.words_produced,
-        "words_counted": now.words_counted,
-        "over_count_added": now.words_over - before_over,
-        "under_count_added": now.words_under - before_under,
-        "words_over_total": now.words_over,
-        "words_under_total": now.words_under,
-        "stores_wrong": now.stores_wrong,
-        "exact": now.exact,
-        "restart_to_ready_s": round(ready_s, 1),
-        "settle_s": round(settle_s, 1),
-    }
+class KillRun:
+    """The rounds of one plan against one group."""
 
+    def __init__(self, plan: KillPlan, session: Session, workers: Group) -> None:
+        self.plan = plan
+        self.session = session
+        self.monitor: LagMonitor = session.monitor
+        self.rng = random.Random(plan.seed)
+        self.members = [workers.add(f"w{n}") for n in range(plan.workers)]
+        for worker in self.members:
+            worker.wait_ready(240)
+        self.rounds: list[dict[str, Any]] = []
+        self.previous: Drift | None = None
+        self.probe: ReadProbe | None = None
 
-def _summary(
-    plan: KillPlan, rounds: list[dict[str, Any]], load: SteadyLoad, agent_crashes: int
-) -> dict[str, Any]:
-    kills = [r for r in rounds if r["fault"] == "kill9"]
-    clean = [r for r in rounds if r["fault"] == "sigterm"]
-    over = [r["over_count_added"] for r in kills]
-    return {
-        "guarantee": plan.guarantee,
-        "workers": plan.workers,
-        "kills": len(kills),
-        "load": {"lines_per_s": plan.lines_per_s, "events_per_s": plan.events_per_s},
-        "records_sent": load.stats.sent,
-        "records_failed": load.stats.failed,
-        "over_count_per_kill": over,
-        "over_count_per_kill_mean": round(sum(over) / len(over), 1) if over else None,
-        "under_count_total": rounds[-1]["words_under_total"] if rounds else None,
-        "exact_after_every_kill": all(r["over_count_added"] == 0 for r in kills)
-        and all(r["under_count_added"] == 0 for r in kills),
-        "inventory_exact_after_every_kill": all(r["stores_wrong"] == 0 for r in kills),
-        "clean_stop_adds_drift": any(r["over_count_added"] or r["under_count_added"] for r in clean)
-        if clean
-        else None,
-        "agent_crashes": agent_crashes,
-        "restart_failures": [r["restart_failed"] for r in rounds if r.get("restart_failed")],
-        "rounds": rounds,
-    }
+    def run(self) -> dict[str, Any]:
+        self.session.start_load()
+        kinds = ["kill9"] * self.plan.kills + (["sigterm"] if self.plan.clean_stop else [])
+        try:
+            for number, kind in enumerate(kinds, 1):
+                row = self.round(number, kind, self.members[(number - 1) % len(self.members)])
+                self.rounds.append(row)
+                if row["restart_failed"]:
+                    break  # the worker cannot start again: the rounds end here
+            failed = any(r["restart_failed"] for r in self.rounds)
+            gone = self.failover() if self.plan.failover and not failed else None
+        finally:
+            if self.probe is not None:
+                self.probe.stop()
+        return self.summary(gone)
+
+    # -- one round --------------------------------------------------------------------
+
+    def round(self, number: int, kind: str, victim: Worker) -> dict[str, Any]:
+        begun = time.monotonic()
+        before = self._resume(number)
+        time.sleep(self.rng.uniform(*self.plan.load_before_kill_s))
+        self._start_probe()
+        assert self.probe is not None
+        self.probe.avoid(victim)
+        killed = time.monotonic()
+        lag_before = self.monitor.lag_at(killed)
+        if kind == "kill9":
+            victim.kill9()
+        else:
+            victim.stop()
+        restarted, restarted_wall = time.monotonic(), time.time()
+        victim.start()
+        ready, failure = wait_ready(victim, self.plan.ready_timeout_s)
+        phases = restart_phases(victim, restarted_wall) if ready is not None else {}
+        self._fronts(self.members)
+        if ready is not None:
+            time.sleep(self.plan.load_after_ready_s)
+        after = self.session.pause()
+        paused = time.monotonic()
+        settled = self.session.settle()
+        row = {
+            "round": number,
+            "fault": kind,
+            "victim": victim.datadir.name,
+            "restart_to_ready_s": None if ready is None else round(ready - restarted, 2),
+            "kill_to_ready_s": None if ready is None else round(ready - killed, 2),
+            **phases,
+            **self._load_row(before, after, begun, paused),
+            **self._lag_row(lag_before, begun, ready, paused, settled),
+            **self._reads_row(killed, paused),
+            **self._drift_row(settled.drift),
+            "restart_failed": failure,
+        }
+        self.previous = settled.drift
+        print(
+            f"chaos: {self.plan.guarantee} round {number} ({kind} {row['victim']}): ready "
+            f"after {row['restart_to_ready_s']} s, drained {row['drain_after_pause_s']} s, "
+            f"exact {row['exact']}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return row
+
+    def _resume(self, number: int) -> LoadFigures:
+        load = self.session.load
+        assert load is not None
+        if number > 1:
+            self.session.resume()
+        return load.figures
+
+    def _start_probe(self) -> None:
+        """Reads begin once the tables have keys (after the first stretch of load)."""
+        if self.probe is not None:
+            return
+        self.session.tables.refresh()
+        keys = {
+            "word_counts": [k.decode() for k in self.session.tables.state("word_counts")],
+            "inventory": [k.decode() for k in self.session.tables.state("inventory")],
+        }
+        self.probe = ReadProbe(sample_keys(keys, per_partition=2), self.members).start()
+
+    def _fronts(self, workers: list[Worker]) -> None:
+        if self.probe is not None:
+            self.probe.fronts = list(workers)
+
+    def _load_row(
+        self, before: LoadFigures, after: LoadFigures, begun: float, paused: float
+    ) -> dict[str, Any]:
+        active = max(after.active_s - before.active_s, 1e-9)
+
+        def offered(topic: str) -> float:
+            return round((after.acked.get(topic, 0) - before.acked.get(topic, 0)) / active)
+
+        return {
+            "load_s": round(active, 1),
+            "offered_lines_per_s": offered("text-lines"),
+            "offered_events_per_s": offered("item-events"),
+            "offered_payments_per_s": offered("payments"),
+            "processed_lines_per_s": self._rate("text-lines", begun, paused),
+            "processed_events_per_s": self._rate("item-events", begun, paused),
+        }
+
+    def _rate(self, topic: str, start: float, end: float) -> float | None:
+        found = self.monitor.processed(topic, start, end)
+        return None if found is None or found[1] <= 0 else round(found[0] / found[1])
+
+    def _lag_row(
+        self,
+        lag_before: int | None,
+        begun: float,
+        ready: float | None,
+        paused: float,
+        settled: Settled,
+    ) -> dict[str, Any]:
+        """Peak lag; how soon after the restart the lag fell back to where it was before
+        the kill while the load still ran (None: not before the pause); the drain after
+        the pause."""
+        back = None
+        if ready is not None and lag_before is not None:
+            at = self.monitor.first_at_most(lag_before, ready)
+            back = None if at is None or at > paused else round(at - ready, 1)
+        end = settled.caught_up_at or time.monotonic()
+        return {
+            "lag_before_kill": lag_before,
+            "peak_lag": self.monitor.peak_lag(begun, end),
+            "back_to_lag_before_s": back,
+            "drain_after_pause_s": settled.drain_s,
+        }
+
+    def _reads_row(self, start: float, end: float) -> dict[str, Any]:
+        if self.probe is None:
+            return {"reads": 0, "reads_failed": 0}
+        failed = self.probe.failed(start, end)
+        return {
+            "reads": self.probe.count(start, end),
+            "reads_failed": len(failed),
+            "reads_failed_examples": [a.describe() for a in failed[:3]],
+        }
+
+    def _drift_row(self, now: Drift) -> dict[str, Any]:
+        row: dict[str, Any] = {"exact": now.exact}
+        for name in COMPARED:
+            table, before = now.tables[name], self.previous.tables[name] if self.previous else None
+            row[f"{name}_over_added"] = table.over - (before.over if before else 0)
+            row[f"{name}_under_added"] = table.under - (before.under if before else 0)
+        row["drift"] = now.as_dict()
+        return row
+
+    # -- failover ---------------------------------------------------------------------
+
+    def failover(self) -> dict[str, Any]:
+        """Kill one worker for good under load; read every sampled key through the
+        survivors until actives elsewhere answer them all; then compare the tables."""
+        self.session.resume()
+        time.sleep(self.rng.uniform(*self.plan.load_before_kill_s))
+        victim = self.members[-1]
+        survivors = [w for w in self.members if w is not victim]
+        assert self.probe is not None
+        self.probe.avoid(victim)
+        killed = time.monotonic()
+        victim.kill9()
+        found = failover(survivors, self.probe.keys, victim.url, killed)
+        time.sleep(self.plan.load_after_ready_s)
+        self.session.pause()
+        settled = self.session.settle()
+        found.update(
+            victim=victim.datadir.name,
+            probe_reads_failed=len(self.probe.failed(killed, time.monotonic())),
+            exact_after=settled.drift.exact,
+            drain_after_pause_s=settled.drain_s,
+            **{k: v for k, v in self._drift_row(settled.drift).items() if k != "drift"},
+        )
+        self.previous = settled.drift
+        return found
+
+    # -- the summary ------------------------------------------------------------------
+
+    def summary(self, gone: dict[str, Any] | None) -> dict[str, Any]:
+        kills = [r for r in self.rounds if r["fault"] == "kill9"]
+        clean = [r for r in self.rounds if r["fault"] == "sigterm"]
+        last = self.previous
+        return {
+            "guarantee": self.plan.guarantee,
+            "workers": self.plan.workers,
+            "kills_planned": self.plan.kills,
+            "kills": len(kills),
+            "victims": sorted({r["victim"] for r in kills}),
+            "restart_to_ready_s": [r["restart_to_ready_s"] for r in kills],
+            "kill_to_ready_s": [r["kill_to_ready_s"] for r in kills],
+            "over_count_per_kill": {
+                name: [r[f"{name}_over_added"] for r in kills] for name in COMPARED
+            },
+            "under_count_total": {
+                name: last.tables[name].under if last else None for name in COMPARED
+            },
+            "exact_after_every_kill": bool(kills) and all(r["exact"] for r in kills),
+            "clean_stop_adds_drift": any(
+                r[f"{n}_over_added"] or r[f"{n}_under_added"] for r in clean for n in COMPARED
+            )
+            if clean
+            else None,
+            "reads_during_kills": sum(r["reads"] for r in self.rounds),
+            "reads_failed_during_kills": sum(r["reads_failed"] for r in self.rounds),
+            "failover": gone,
+            "losses": self.session.losses(),
+            "agent_crashes": sum(crashes(w) for w in self.members),
+            "restart_failures": [r["restart_failed"] for r in self.rounds if r["restart_failed"]],
+            "final_drift": last.as_dict() if last else None,
+            "rounds": [{k: v for k, v in r.items() if k != "drift"} for r in self.rounds],
+        }

@@ -5,14 +5,13 @@ as the worker says it is ready, and it read every changelog record to get there.
 
 from __future__ import annotations
 
-import random
 import re
 import shutil
 import time
 from typing import Any
 
 from chaos.env import crashes, group, scan, workdir
-from chaos.load import item_event, text_line
+from chaos.workload import Workload
 from tests.support.kafka import LocalKafka
 from tests.support.kafka_io import changelog_records, produce
 from tests.support.workers import Worker
@@ -23,12 +22,12 @@ RESTORE = re.compile(r"restore (\d+) done: (\d+) changelog records in ([\d.]+) s
 
 def run(kafka: LocalKafka, lines: int = 1000, events: int = 400) -> dict[str, Any]:
     """The topics may hold earlier records: the tables are compared with themselves."""
-    rng = random.Random(17)
+    workload = Workload(17, "lost-disk")
     with group(kafka, workdir("lost-disk")) as members:
         worker = members.add("w0")
         worker.wait_ready(240)
         started = time.monotonic()
-        _produce(kafka, rng, lines, events)
+        _produce(kafka, workload, lines, events)
         _wait_stable(worker)
         processed_s = time.monotonic() - started
         before = {t: scan(worker, t) for t in TABLES}
@@ -61,11 +60,11 @@ def run(kafka: LocalKafka, lines: int = 1000, events: int = 400) -> dict[str, An
     }
 
 
-def _produce(kafka: LocalKafka, rng: random.Random, lines: int, events: int) -> None:
+def _produce(kafka: LocalKafka, workload: Workload, lines: int, events: int) -> None:
     now = int(time.time() * 1000)
-    produce(kafka.bootstrap, "text-lines", [(None, text_line(rng)) for _ in range(lines)])
-    batch = [item_event(rng, n, now) for n in range(events)]
-    produce(kafka.bootstrap, "item-events", [(e["store_id"], e) for e in batch])
+    produce(kafka.bootstrap, "text-lines", [(None, r.value) for r in workload.next_lines(lines)])
+    batch = workload.next_events(events, now)
+    produce(kafka.bootstrap, "item-events", [(r.key, r.value) for r in batch])
 
 
 def _wait_stable(worker: Worker, quiet_s: float = 6.0, timeout: float = 600.0) -> None:

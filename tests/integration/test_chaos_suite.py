@@ -1,7 +1,9 @@
 """The CI-sized chaos suite: the scenarios of ``make chaos`` at a smaller size.
 
 Each test runs one scenario of ``chaos/`` against its own Kafka (port 29192) and real
-worker processes, and asserts every one of that scenario's checks (chaos/checks.py).
+worker processes, at the CI load level (chaos/load.py), and asserts every one of that
+scenario's checks (chaos/checks.py). The full run (``make chaos``) adds the three-node
+broker loss and runs every scenario at half the benchmark's throughput.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import pytest
 
 from chaos import checks
 from chaos.env import cluster
-from chaos.scenarios import api_fuzz, bad_input, broker_outage, kill_worker, lost_disk
-from chaos.scenarios.kill_worker import KillPlan
+from chaos.load import CI_LEVEL
+from chaos.scenarios import api_fuzz, bad_input, broker_outage, disk, kill_worker, lost_disk
+from chaos.suite import kill_plan
 from tests.support.kafka import LocalKafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -29,9 +32,11 @@ def kafka() -> Iterator[LocalKafka]:
 
 
 def assert_checks(found: list[checks.Check], figures: dict[str, Any], out: Path) -> None:
-    """Every check holds; the figures are kept in ``out``."""
+    """Every check of a guarantee holds (targets, times to be back, are measured: they
+    belong to the full run's report); the figures are kept in ``out``."""
     out.write_text(json.dumps(figures, indent=1, default=str))
-    failed = [c.what for c in found if not c.ok]
+    failed = [c.what for c in found if not c.ok and not c.target]
+    assert found, "the scenario ran no check"
     assert not failed, f"{failed}; figures: {json.dumps(figures, default=str)[:3000]}"
 
 
@@ -56,36 +61,37 @@ def test_a_worker_with_a_lost_disk_restores_every_table_from_the_changelogs(
     assert_checks(checks.lost_disk(figures), figures, tmp_path / "lost_disk.json")
 
 
-def test_kill9_under_load_never_loses_a_count_and_a_clean_stop_stays_exact(
+def test_kill9_under_load_never_under_counts_and_a_clean_stop_stays_exact(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:
-    """at_least_once: the over-count of one kill -9 is measured (kept in the figures), no
-    word is under-counted, and a SIGTERM stop under load adds no drift."""
-    plan = KillPlan(
-        "at_least_once", kills=1, load_before_kill_s=(3.0, 5.0), load_after_restart_s=2.0
-    )
-    figures = kill_worker.run(kafka, plan)
+    """at_least_once: one kill -9 of three workers under load; its over-count is measured
+    per table, nothing is under-counted or lost, and a SIGTERM stop adds no drift."""
+    figures = kill_worker.run(kafka, kill_plan("at_least_once", quick=True), CI_LEVEL)
     assert_checks(checks.kill_worker(figures), figures, tmp_path / "kill.json")
-    assert len(figures["over_count_per_kill"]) == 1
-    assert figures["over_count_per_kill"][0] >= 0
+    assert set(figures["over_count_per_kill"]) == set(checks.TABLES)
 
 
 def test_kill9_under_load_leaves_every_table_exact_under_exactly_once(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:
-    """exactly_once: after a kill -9 under load and a restart, word_counts and inventory
-    equal the ground truth, no agent crashed and the restarted worker became ready."""
-    plan = KillPlan(
-        "exactly_once", kills=1, load_before_kill_s=(3.0, 5.0), load_after_restart_s=2.0
-    )
-    figures = kill_worker.run(kafka, plan)
+    """exactly_once: after a kill -9 under load and a restart, and after a worker killed
+    for good, every table and settled-sales equal the ground truth."""
+    figures = kill_worker.run(kafka, kill_plan("exactly_once", quick=True), CI_LEVEL)
     assert_checks(checks.kill_worker(figures), figures, tmp_path / "kill_eos.json")
-    assert figures["exact_after_every_kill"] is True
-    assert figures["inventory_exact_after_every_kill"] is True
+    assert figures["failover"] is not None
 
 
 def test_workers_survive_the_broker_going_away_and_catch_up(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:
-    figures = broker_outage.run(kafka, down_s=10.0)
+    figures = broker_outage.run(kafka, CI_LEVEL, down_s=10.0, load_s=4.0)
     assert_checks(checks.broker_outage(figures), figures, tmp_path / "outage.json")
+
+
+def test_a_full_disk_stops_the_worker_visibly_and_loses_nothing(
+    kafka: LocalKafka, tmp_path: Path
+) -> None:
+    figures = disk.run(kafka, CI_LEVEL, "exactly_once", load_s=4.0)
+    if figures.get("skipped"):
+        pytest.skip(figures["skipped"])
+    assert_checks(checks.disk(figures), figures, tmp_path / "disk.json")

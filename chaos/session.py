@@ -1,0 +1,194 @@
+"""One loaded scenario's instruments: the load, the ground truth, the tables, the lag.
+
+A :class:`Session` creates the project's topics, writes the product catalogue, starts
+the load generator process when asked, and, after each pause of the load, reads the
+source topics' new records into the truth, waits until the group has caught up (lag 0 on
+every topic it reads) and compares the tables with the truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from chaos.compare import Drift, Tables, drift
+from chaos.lag import LagMonitor
+from chaos.load import LoadFigures, LoadLevel, LoadProcess, acked_batches
+from chaos.reader import TopicReader
+from chaos.truth import Truth
+from chaos.workload import MINUTE_MS, product_records
+from core.admin import ensure_topics
+from core.topics import topic_specs
+from tests.support.kafka import LocalKafka
+
+#: Event time should cover this much over a run: hourly windows roll, sales expire.
+EVENT_SPAN_MS = 45 * MINUTE_MS
+
+
+@dataclass(frozen=True)
+class ClockPlan:
+    """Event time for a run of ``active_s`` seconds of load: at least ten times real time,
+    ending a few minutes before the wall clock."""
+
+    start_ms: int
+    speed: float
+
+    @classmethod
+    def for_run(cls, active_s: float) -> ClockPlan:
+        speed = max(10.0, EVENT_SPAN_MS / 1000 / max(active_s, 1.0))
+        start = int(time.time() * 1000) - int(speed * active_s * 1000) - 5 * MINUTE_MS
+        return cls(start, round(speed, 1))
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The outcome of one comparison after a pause."""
+
+    drift: Drift
+    caught_up_at: float | None
+    drain_s: float | None
+    records_read: int
+
+
+class Session:
+    """The load, truth, tables and lag monitor of one scenario on one cluster."""
+
+    def __init__(
+        self,
+        kafka: LocalKafka,
+        level: LoadLevel,
+        work: Path,
+        *,
+        active_s: float,
+        seed: int = 1,
+        replication: int = 1,
+    ) -> None:
+        # aiokafka warns of every retry (a leader not elected yet, a broker away); the
+        # figures count what matters.
+        logging.getLogger("aiokafka").setLevel(logging.ERROR)
+        self.kafka = kafka
+        self.level = level
+        self.work = work
+        self.seed = seed
+        self.clock = ClockPlan.for_run(active_s)
+        asyncio.run(ensure_topics(kafka.bootstrap, topic_specs(8, -1), replication))
+        asyncio.run(_produce_products(kafka.bootstrap, product_records(self.clock.start_ms)))
+        self.truth = Truth()
+        self.readers = {
+            topic: TopicReader(kafka.bootstrap, topic)
+            for topic in ("products", "text-lines", "item-events", "payments")
+        }
+        self.tables = Tables(kafka.bootstrap)
+        self.monitor = LagMonitor(kafka.bootstrap).start()
+        self.load: LoadProcess | None = None
+
+    def start_load(self) -> LoadProcess:
+        self.load = LoadProcess(
+            self.kafka.bootstrap,
+            self.level,
+            self.work,
+            seed=self.seed,
+            run_id=f"s{self.seed}",
+            clock_start_ms=self.clock.start_ms,
+            clock_speed=self.clock.speed,
+        )
+        return self.load
+
+    def pause(self) -> LoadFigures:
+        assert self.load is not None
+        return self.load.pause()
+
+    def resume(self) -> None:
+        assert self.load is not None
+        self.load.resume()
+
+    def refresh_truth(self) -> int:
+        """Read the source topics' new records into the truth; how many."""
+        handlers = {
+            "products": self.truth.add_products,
+            "text-lines": self.truth.add_lines,
+            "item-events": self.truth.add_events,
+            "payments": self.truth.add_payments,
+        }
+        return sum(self.readers[t].read_new(handle) for t, handle in handlers.items())
+
+    def settle(self, timeout: float = 300.0, attempts: int = 5) -> Settled:
+        """With the load paused: truth read, group caught up, tables compared.
+
+        The engine writes a cycle's changelog records before (at_least_once) or with
+        (exactly_once) its offsets, so once the offsets are all committed the changelogs
+        are final; a few more reads cover a changelog that a broker still has in flight.
+        """
+        paused = time.monotonic()
+        records = self.refresh_truth()
+        caught_up = self.monitor.wait_caught_up(timeout, since=paused)
+        found = self.compare()
+        for _ in range(attempts - 1):
+            if found.exact:
+                break
+            time.sleep(2.0)
+            found = self.compare()
+        drain = None if caught_up is None else round(caught_up - paused, 1)
+        return Settled(found, caught_up, drain, records)
+
+    def compare(self) -> Drift:
+        self.tables.refresh()
+        return drift(self.truth, self.tables)
+
+    def losses(self) -> dict[str, Any]:
+        """Acknowledged batches checked against what the topics hold (read the truth
+        first: it tracks the sequence numbers)."""
+        assert self.load is not None
+        entries = list(acked_batches(self.load.ledger))
+        lost = [e for e in entries if not self._holds(e.topic, e.partition, e)]
+        return {
+            "acked_batches": len(entries),
+            "acked_records": sum(e.count for e in entries),
+            "acked_but_lost": sum(e.count for e in lost),
+            "lost_examples": [e.__dict__ for e in lost[:3]],
+            "records_out_of_sequence": sum(r.out_of_sequence for r in self.truth.runs.values()),
+        }
+
+    def _holds(self, topic: str, partition: int, entry: Any) -> bool:
+        runs = self.truth.runs.get((topic, partition))
+        return runs is not None and runs.holds(entry.base_offset, entry.first_seq, entry.count)
+
+    def close(self) -> dict[str, Any]:
+        """Stop the load and the monitor; the planned level and what was acknowledged."""
+        final = self.load.stop() if self.load is not None else None
+        self.monitor.stop()
+        figures: dict[str, Any] = {"level": self.level.as_dict()}
+        if final is not None and final.active_s > 0:
+            figures.update(
+                active_s=round(final.active_s, 1),
+                acked_lines_per_s=round(final.acked.get("text-lines", 0) / final.active_s),
+                acked_events_per_s=round(final.acked.get("item-events", 0) / final.active_s),
+                acked_payments_per_s=round(final.acked.get("payments", 0) / final.active_s),
+                records_acked=final.acked_total,
+                records_failed=sum(final.failed.values()),
+                producer_errors=final.errors,
+                skipped_s=final.skipped_s,
+                event_clock={"start_ms": self.clock.start_ms, "speed": self.clock.speed},
+            )
+        return figures
+
+
+async def _produce_products(bootstrap: str, records: Sequence[tuple[bytes, bytes, int]]) -> None:
+    """The catalogue, each version with its own record timestamp (its validity)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        sent = [
+            await producer.send("products", value, key=key, timestamp_ms=timestamp)
+            for key, value, timestamp in records
+        ]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
