@@ -17,18 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.kafka import ROOT, LocalKafka
+from tests.support.kafka import ROOT, WORKER, LocalKafka
 from tests.support.workers import Worker
 
 #: Kafka client ports of the chaos suite, below Linux's ephemeral range (32768-60999):
 #: workers keep reconnecting to a stopped broker, and a reconnect to a port in that range
 #: can connect to itself (TCP self-connect) and keep the broker from binding it again.
-SINGLE_PORT = int(os.environ.get("CHAOS_KAFKA_PORT", "29192"))
-TRIPLE_PORT = int(os.environ.get("CHAOS_KAFKA3_PORT", "29292"))
+#: Under pytest-xdist each test process takes its own ten ports (a node takes two).
+SINGLE_PORT = int(os.environ.get("CHAOS_KAFKA_PORT", "29192")) + 10 * WORKER
+TRIPLE_PORT = int(os.environ.get("CHAOS_KAFKA3_PORT", "29292")) + 10 * WORKER
 #: Workers' data dirs and logs, per Kafka port so that two runs never share one.
 WORK = ROOT / ".cache" / "chaos" / str(SINGLE_PORT)
 
-#: Worker settings every scenario uses: a short session so a killed worker is noticed.
+#: Worker settings every scenario uses.
 WORKER_ENV = {"TOPIC_PARTITIONS": "8"}
 
 

@@ -2,11 +2,11 @@
 environment, cached, and shipped to a cluster as a Spark archive.
 
 The executors' Python workers import what the UDFs call (``jobs/transforms.py``: pyarrow,
-and the stream's semantics in ``core/semantics.py``: pydantic); the UDFs are Arrow UDFs,
-which pyspark's worker runs without pandas or numpy (a run on a standalone cluster with
-an archive of these two passed, at 64 MB against 98 MB with pandas). Spark adds its own
-Python (``pyspark.zip``, py4j) to every worker's path
-and the job ships its modules with ``addPyFile`` (``jobs/session.py``), so the archive
+and the stream's semantics in ``core/semantics.py``: pydantic and orjson); the UDFs are
+Arrow UDFs, which pyspark's worker runs without pandas or numpy (a run on a standalone
+cluster with an archive of pyarrow and pydantic passed, at 64 MB against 98 MB with
+pandas). Spark adds its own Python (``pyspark.zip``, py4j) to every worker's path and the
+job ships its modules with ``addPyFile`` (``jobs/session.py``), so the archive
 holds only the installed distributions these need, nothing of the project's own and
 nothing of pyspark (its jars are most of the driver's virtualenv).
 
@@ -31,9 +31,9 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 
 #: The distributions the executors import; their dependencies come along.
-EXECUTOR_DISTRIBUTIONS = ("pyarrow", "pydantic")
+EXECUTOR_DISTRIBUTIONS = ("pyarrow", "pydantic", "orjson")
 #: The modules the preflight imports on every executor: what the UDFs need.
-EXECUTOR_MODULES = ("pyarrow", "pydantic", "core.semantics", "jobs.transforms")
+EXECUTOR_MODULES = ("pyarrow", "pydantic", "orjson", "core.semantics", "jobs.transforms")
 #: Where an archive unpacks in an executor's working directory (``#name`` of spark.archives).
 ARCHIVE_LINK = "streamstate-env"
 #: The executors' interpreter inside the unpacked archive.

@@ -277,8 +277,8 @@ def test_an_executor_python_without_the_udfs_modules_fails_the_preflight(
     assert done.returncode == EXIT_PREFLIGHT, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("recompute: preflight failed: the executors' Python")
-    assert "cannot import pyarrow, pydantic" in last
-    assert "fix: pip install pyarrow pydantic" in last
+    assert "cannot import orjson, pyarrow, pydantic" in last
+    assert "fix: pip install pyarrow pydantic orjson" in last
     assert "Traceback" not in done.stderr
     assert not (out / "report.json").exists()
     assert not any(out.glob("*/*.parquet"))

@@ -51,7 +51,7 @@ def test_a_missing_module_is_named_with_the_interpreter_and_the_fix() -> None:
     assert "(/usr/bin/python3 from --python-env;" in message
     assert "cannot import pyarrow (ModuleNotFoundError: No module named 'pyarrow')" in message
     assert message.endswith(
-        "fix: pip install pyarrow pydantic for /usr/bin/python3 on every node, "
+        "fix: pip install pyarrow pydantic orjson for /usr/bin/python3 on every node, "
         "or leave out --python-env so that the job ships its own environment"
     )
 
