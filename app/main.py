@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ from tables.faust_adapter import (
     on_partitions_revoked,
 )
 from tables.pipeline import Context, Pipeline
+
+logger = logging.getLogger(__name__)
 
 APP_ID = "streamstate"
 
@@ -251,8 +254,18 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
         # faust buffers 1,000 standby updates per partition before writing them: without
         # this a standby could serve minutes-old values.
         recovery: Any = getattr(app.tables, "recovery", None)
-        if recovery is not None:
+        if recovery is None or engine.failure is not None:
+            return
+        try:
             recovery.flush_buffers()
+        except Exception as exc:  # a standby's store failed (a full disk, say)
+            engine.failure = f"a standby's store failed: {exc!r}"
+            logger.error(
+                "%s; the worker processes nothing more (it answers reads and reports the "
+                "failure on /ready and /metrics); a restart restores the store from its "
+                "changelog",
+                engine.failure,
+            )
 
     app.timer(settings.standby_flush_interval, name="flush_standby_buffers")(flush_standby_buffers)
     return Wiring(tables, catalog, pipelines, engine, connector)

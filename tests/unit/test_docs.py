@@ -78,3 +78,11 @@ def test_the_readme_and_benchmarks_page_hold_what_the_bench_results_say() -> Non
     plots = [f"../bench/results/{p.name}" for p in sorted(results.glob("*.png"))]
     assert section(README.read_text(), "benchmarks") == bench_report.headline(summary)
     assert (DOCS / "benchmarks.md").read_text() == bench_report.markdown(summary, notes, plots)
+
+
+def test_the_readme_fits_two_screens_and_links_every_document() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= 150
+    for name in ("architecture", "operations", "benchmarks", "reliability"):
+        assert f"(docs/{name}.md)" in text
+        assert (DOCS / f"{name}.md").is_file()
