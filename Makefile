@@ -49,10 +49,14 @@ lint: install
 tools:
 	ops/docker/tools.sh
 
+# make test runs the test modules in TEST_PROCESSES processes (pytest-xdist), a module
+# with its fixtures (brokers, workers, Spark) in one process; each process takes its own
+# ports (tests/support/kafka.py).
+TEST_PROCESSES ?= 2
 test: install kafka-jars spark-jars tools
 	$(MAKE) lint
 	$(if $(shell command -v mvn 2>/dev/null),$(MAKE) kstreams-test,@echo "mvn not on PATH: the Kafka Streams baseline's tests are skipped")
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile
 
 # The Kafka Streams baseline of the benchmarks (bench/baselines/kstreams/): its topologies'
 # TopologyTestDriver tests, against kafka-streams of the broker's version.

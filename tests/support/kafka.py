@@ -62,8 +62,8 @@ class LocalKafka:
 
 @contextmanager
 def local_kafka(name: str, brokers: int = 1, port: int = TEST_PORT) -> Iterator[LocalKafka]:
-    """Start a fresh cluster in .cache/test-kafka/<name>, and stop it afterwards."""
-    directory = ROOT / ".cache" / "test-kafka" / name
+    """Start a fresh cluster in .cache/test-kafka/<name>-<port>, and stop it afterwards."""
+    directory = ROOT / ".cache" / "test-kafka" / f"{name}-{port}"
     kafka = LocalKafka(port=port, brokers=brokers, directory=directory)
     kafka.down()
     for node in range(brokers):
