@@ -51,12 +51,14 @@ tools:
 
 # make test runs the test modules in TEST_PROCESSES processes (pytest-xdist), a module
 # with its fixtures (brokers, workers, Spark) in one process; each process takes its own
-# ports (tests/support/kafka.py).
+# ports (tests/support/kafka.py). The tests marked `alone` (faults timed under load) run
+# after the rest, with the machine to themselves.
 TEST_PROCESSES ?= 2
 test: install kafka-jars spark-jars tools
 	$(MAKE) lint
 	$(if $(shell command -v mvn 2>/dev/null),$(MAKE) kstreams-test,@echo "mvn not on PATH: the Kafka Streams baseline's tests are skipped")
-	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile -m "not alone"
+	$(VENV)/bin/pytest -m alone
 
 # The Kafka Streams baseline of the benchmarks (bench/baselines/kstreams/): its topologies'
 # TopologyTestDriver tests, against kafka-streams of the broker's version.

@@ -22,7 +22,7 @@ from chaos.scenarios import api_fuzz, bad_input, broker_outage, disk, kill_worke
 from chaos.suite import kill_plan
 from tests.support.kafka import LocalKafka
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
