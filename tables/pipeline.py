@@ -320,17 +320,20 @@ class Batch:
         per cycle for all the pipelines that read the topic. Any other exception is
         raised: the batch fails, and the engine applies its records one by one."""
         records = self.of(topic)
-        # By identity: the cycle holds its record lists (and this cache) until it ends.
-        key = (id(records), parse, limit)
-        found: list[Any] | None = self.parses.get(key)
-        if found is None:
-            found = []
-            for record in records:
-                try:
-                    found.append(parse(record.value, limit))
-                except refused as error:
-                    found.append(error)
-            self.parses[key] = found
+        key = (topic, parse, limit)
+        cached = self.parses.get(key)
+        # Kept with the very record sequence it was worked out for: a batch applied
+        # record by record after a failure holds other sequences of the same topic.
+        if cached is not None and cached[0] is records:
+            found: list[Any] = cached[1]
+            return found
+        found = []
+        for record in records:
+            try:
+                found.append(parse(record.value, limit))
+            except refused as error:
+                found.append(error)
+        self.parses[key] = (records, found)
         return found
 
     def send(

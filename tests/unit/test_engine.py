@@ -351,6 +351,34 @@ def test_pipelines_reading_one_topic_parse_each_record_once_per_cycle() -> None:
     assert calls == {b"1": 1, b"2": 1, b"x": 1, b"4": 1}
 
 
+def test_records_applied_one_by_one_after_a_failure_each_get_their_own_parse() -> None:
+    """After a record raises, the batch is applied record by record: each of those
+    one-record batches must see its own record's parse, not one cached for another."""
+
+    def parse(raw: bytes | None, limit: int) -> int:
+        assert raw is not None
+        return int(raw)
+
+    def summing(batch: Batch) -> None:
+        table = batch.table("t")
+        for record, n in zip(batch.of("in"), batch.parsed("in", parse, 10), strict=True):
+            if n == 13:
+                raise RuntimeError("unlucky")
+            assert not isinstance(n, Exception)
+            table.put(record.value or b"", n)
+
+    log, table = Log(), MemoryTable("t")
+    values = [b"1", b"2", b"13", b"4", b"5", b"6"]
+    for value in values:
+        log.append(TP("in", 0), None, value)
+    connector = LogConnector(log, exactly_once=True)
+    pipeline = Pipeline("sum", reads=("in",), writes=(TableSpec("t"),), process=summing)
+    engine = Engine([pipeline], {"t": table}, connector, exactly_once=True, partitions=PARTITIONS)
+    run(engine, connector, limit=10)
+    assert table.values() == {v: int(v) for v in values if v != b"13"}
+    assert [r.value for r in log.topic(dlq_topic("in"))] == [b"13"]
+
+
 @pytest.mark.parametrize("fail_at", [1, 2, 4, 7])
 def test_a_kafka_failure_stops_the_cycle_and_a_restart_resumes_exactly(fail_at: int) -> None:
     log, table = Log(), MemoryTable(WORD_COUNTS)
