@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +33,6 @@ from tables.faust_adapter import (
     on_partitions_revoked,
 )
 from tables.pipeline import Context, Pipeline
-
-logger = logging.getLogger(__name__)
 
 APP_ID = "streamstate"
 
@@ -259,13 +256,7 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
         try:
             recovery.flush_buffers()
         except Exception as exc:  # a standby's store failed (a full disk, say)
-            engine.failure = f"a standby's store failed: {exc!r}"
-            logger.error(
-                "%s; the worker processes nothing more (it answers reads and reports the "
-                "failure on /ready and /metrics); a restart restores the store from its "
-                "changelog",
-                engine.failure,
-            )
+            engine.fail(f"a standby's store failed: {exc!r}")
 
     app.timer(settings.standby_flush_interval, name="flush_standby_buffers")(flush_standby_buffers)
     return Wiring(tables, catalog, pipelines, engine, connector)

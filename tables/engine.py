@@ -452,6 +452,18 @@ class Engine:
         self.failure: str | None = None
         self._lock = asyncio.Lock()
 
+    def fail(self, reason: str) -> None:
+        """Stop processing for good: a store failed (the first reason is kept)."""
+        if self.failure is not None:
+            return
+        self.failure = reason
+        logger.error(
+            "%s; the worker processes nothing more (it answers reads and reports the "
+            "failure on /ready and /metrics); a restart restores the store from its "
+            "changelog and resumes from the committed offsets",
+            reason,
+        )
+
     async def process(
         self, fetched: Mapping[Any, Sequence[SourceRecord]], positions: Mapping[Any, int]
     ) -> None:

@@ -355,13 +355,7 @@ async def _drain(app: Any, fetcher: Service) -> None:
             try:
                 await asyncio.shield(cycle)
             except StoreFailure as exc:
-                engine.failure = str(exc)
-                logger.error(
-                    "%s; the worker processes nothing more (it answers reads and reports "
-                    "the failure on /ready and /metrics); a restart restores the store from "
-                    "its changelog and resumes from the committed offsets",
-                    exc,
-                )
+                engine.fail(str(exc))
                 await engine.revoke()
             except EngineFailure as exc:
                 logger.warning(
@@ -656,11 +650,8 @@ class TrackedRecovery(Recovery):
         """
         if not tps:
             return
-        try:
-            helper = await self._ends_consumer()
-            starts = await helper.beginning_offsets([KafkaTP(t.topic, t.partition) for t in tps])
-        except Exception as exc:  # the broker did not answer: faust's own way
-            logger.warning("log start offsets unavailable (%r): asking the group's consumer", exc)
+        starts = await self._own_offsets("log start", tps)
+        if starts is None:  # the broker did not answer: faust's own way
             await super()._build_offsets(consumer, tps, destination, title)
         else:
             for tp in tps:
@@ -692,11 +683,8 @@ class TrackedRecovery(Recovery):
         if not tps:
             await super()._build_highwaters(consumer, tps, destination, title)
             return
-        try:
-            helper = await self._ends_consumer()
-            ends = await helper.end_offsets([KafkaTP(tp.topic, tp.partition) for tp in tps])
-        except Exception as exc:  # the broker did not answer: faust's own figures
-            logger.warning("last stable offsets unavailable (%r): using faust's highwaters", exc)
+        ends = await self._own_offsets("last stable", tps)
+        if ends is None:  # the broker did not answer: faust's own figures
             await super()._build_highwaters(consumer, tps, destination, title)
             return
         destination.clear()
@@ -709,6 +697,21 @@ class TrackedRecovery(Recovery):
             len(tps),
             sum(v + 1 for v in destination.values()),
         )
+
+    async def _own_offsets(self, which: str, tps: Any) -> dict[KafkaTP, int] | None:
+        """The ``which`` ("log start" or "last stable") offsets of ``tps`` from the
+        recovery's own consumer; None, with a warning, when the broker does not answer."""
+        try:
+            helper = await self._ends_consumer()
+            wanted = [KafkaTP(tp.topic, tp.partition) for tp in tps]
+            if which == "log start":
+                found: dict[KafkaTP, int] = await helper.beginning_offsets(wanted)
+            else:
+                found = await helper.end_offsets(wanted)
+        except Exception as exc:
+            logger.warning("%s offsets unavailable (%r): faust's own way", which, exc)
+            return None
+        return found
 
     async def _ends_consumer(self) -> AIOKafkaConsumer:
         """A ``read_committed`` consumer of the recovery's own, for start and end offsets.

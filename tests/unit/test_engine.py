@@ -493,3 +493,12 @@ def test_a_kafka_failure_is_not_a_store_failure() -> None:
         run(word_engine(connector, table), connector)
     assert not isinstance(failed.value, StoreFailure)
     assert not log.topic(table.changelog_topic)
+
+
+def test_a_failed_engine_keeps_the_first_reason() -> None:
+    connector = LogConnector(Log(), exactly_once=True)
+    engine = word_engine(connector, MemoryTable(WORD_COUNTS))
+    assert engine.failure is None
+    engine.fail("task 1: the store failed: disk full")
+    engine.fail("a standby's store failed: disk full")
+    assert engine.failure == "task 1: the store failed: disk full"
