@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from chaos.compare import Drift, Tables, drift
+from chaos.env import crashes, group, pid
 from chaos.lag import LagMonitor
 from chaos.load import LoadFigures, LoadLevel, LoadProcess, acked_batches
 from chaos.reader import TopicReader
@@ -27,6 +28,7 @@ from chaos.workload import MINUTE_MS, product_records
 from core.admin import ensure_topics
 from core.topics import topic_specs
 from tests.support.kafka import LocalKafka
+from tests.support.workers import Worker
 
 #: Event time should cover this much over a run: hourly windows roll, sales expire.
 EVENT_SPAN_MS = 45 * MINUTE_MS
@@ -192,3 +194,33 @@ async def _produce_products(bootstrap: str, records: Sequence[tuple[bytes, bytes
         await asyncio.gather(*sent)
     finally:
         await producer.stop()
+
+
+def through_a_broker_fault(
+    session: Session,
+    work: Path,
+    workers: int,
+    ready_s: float,
+    fault: Callable[[list[Worker]], dict[str, Any]],
+    **env: str,
+) -> dict[str, Any]:
+    """``workers`` workers ready under ``env``, then ``fault(workers)`` under the
+    session's load; its figures with whether every worker kept its process and agents,
+    and the load's figures."""
+    try:
+        with group(session.kafka, work, **env) as members:
+            started = [members.add(f"w{n}") for n in range(workers)]
+            for worker in started:
+                worker.wait_ready(ready_s)
+            pids = [pid(w) for w in started]
+            figures = fault(started)
+            same = [pid(w) == p and w.alive() for w, p in zip(started, pids, strict=True)]
+            figures.update(
+                workers=workers,
+                workers_same_process=all(same),
+                agent_crashes=sum(crashes(w) for w in started),
+            )
+    finally:
+        load = session.close()
+    figures["load"] = load
+    return figures

@@ -16,10 +16,10 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 
-from chaos.env import crashes, group, kill_broker, pid, replication, start, workdir
+from chaos.env import kill_broker, replication, start, workdir
 from chaos.lag import SOURCES
 from chaos.load import LoadLevel
-from chaos.session import Session
+from chaos.session import Session, through_a_broker_fault
 from tests.support.kafka import LocalKafka
 
 GUARANTEE = "exactly_once"
@@ -30,24 +30,15 @@ def run(
 ) -> dict[str, Any]:
     work = workdir("broker-loss")
     session = Session(kafka, level, work, active_s=down_s + 30.0, seed=5, replication=3)
-    env = {"TOPIC_REPLICATION_FACTOR": "3", "PROCESSING_GUARANTEE": GUARANTEE}
-    try:
-        with group(kafka, work, **env) as members:
-            started = [members.add(f"w{n}") for n in range(workers)]
-            for worker in started:
-                worker.wait_ready(300)
-            pids = [pid(w) for w in started]
-            figures = _fault(kafka, session, down_s)
-            same = [pid(w) == p and w.alive() for w, p in zip(started, pids, strict=True)]
-            figures.update(
-                workers=workers,
-                workers_same_process=all(same),
-                agent_crashes=sum(crashes(w) for w in started),
-            )
-    finally:
-        load = session.close()
-    figures["load"] = load
-    return figures
+    return through_a_broker_fault(
+        session,
+        work,
+        workers,
+        300.0,
+        lambda started: _fault(kafka, session, down_s),
+        TOPIC_REPLICATION_FACTOR="3",
+        PROCESSING_GUARANTEE=GUARANTEE,
+    )
 
 
 def _fault(kafka: LocalKafka, session: Session, down_s: float) -> dict[str, Any]:

@@ -12,9 +12,9 @@ import time
 from collections import Counter
 from typing import Any
 
-from chaos.env import crashes, group, kill_broker, pid, reset, start, wait_ready, workdir
+from chaos.env import kill_broker, reset, start, wait_ready, workdir
 from chaos.load import LoadLevel
-from chaos.session import Session
+from chaos.session import Session, through_a_broker_fault
 from tests.support.kafka import LocalKafka
 from tests.support.workers import Worker
 
@@ -35,23 +35,14 @@ def run(
     reset(kafka)
     work = workdir("broker-outage")
     session = Session(kafka, level, work, active_s=down_s + 30.0, seed=3)
-    try:
-        with group(kafka, work, PROCESSING_GUARANTEE=GUARANTEE) as members:
-            started = [members.add(f"w{n}") for n in range(workers)]
-            for worker in started:
-                worker.wait_ready(240)
-            pids = [pid(w) for w in started]
-            figures = _outage(kafka, session, started, down_s, load_s)
-            same = [pid(w) == p and w.alive() for w, p in zip(started, pids, strict=True)]
-            figures.update(
-                workers=workers,
-                workers_same_process=all(same),
-                agent_crashes=sum(crashes(w) for w in started),
-            )
-    finally:
-        load = session.close()
-    figures["load"] = load
-    return figures
+    return through_a_broker_fault(
+        session,
+        work,
+        workers,
+        240.0,
+        lambda started: _outage(kafka, session, started, down_s, load_s),
+        PROCESSING_GUARANTEE=GUARANTEE,
+    )
 
 
 def _outage(
