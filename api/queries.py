@@ -11,6 +11,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,11 @@ from api.tokens import Token, TokenError, decode_token
 from core.topics import partition_for
 
 logger = logging.getLogger(__name__)
+
+
+class OwnerMoved(Exception):
+    """A partition changed hands while a standby waited for a read's position."""
+
 
 #: Longest accepted key, in UTF-8 bytes.
 MAX_KEY_BYTES = 1024
@@ -143,6 +149,14 @@ class KeyQuery:
     def wait_s(self) -> float:
         """How long the copy that answers may wait for the read's position."""
         return self.consistency.timeout_ms / 1000 if self.consistency.wanted else 0.0
+
+    def params_within(self, remaining_s: float) -> dict[str, Any]:
+        """The query string of a forwarded read: a read that waits for its position
+        hands on what is left of its timeout, so the whole read stays within it."""
+        params = self.params
+        if self.consistency.wanted:
+            params["timeout_ms"] = max(0, int(remaining_s * 1000))
+        return params
 
 
 @dataclass(frozen=True)
@@ -301,25 +315,35 @@ class Queries:
         return KeyQuery(table, key, raw, partition, at=at, consistency=consistency)
 
     async def read(self, query: KeyQuery, forwarded_by: str | None) -> Answer:
-        """Answer a key read from the best copy that can answer it."""
+        """Answer a key read from the best copy that can answer it, within the read's
+        timeout from start to end (every hop and every wait shares one deadline)."""
         if query.table.kind == "global":
             return self._read_global(query)
-        copy = self.local.copy(query.table, query.partition)
-        if copy is not None and copy.replica == "active":
-            return await self._serve(query, copy)
-        if forwarded_by is not None:
-            if copy is None:
-                raise NotHeldHere(
-                    f"{self.routing.own_url} holds no copy of {query.table.name} "
-                    f"partition {query.partition}"
-                )
-            return await self._serve(query, copy)
+        deadline = time.monotonic() + query.wait_s
+        while True:
+            copy = self.local.copy(query.table, query.partition)
+            if copy is not None and copy.replica == "active":
+                return await self._serve(query, copy, deadline)
+            if forwarded_by is not None:
+                if copy is None:
+                    raise NotHeldHere(
+                        f"{self.routing.own_url} holds no copy of {query.table.name} "
+                        f"partition {query.partition}"
+                    )
+                return await self._serve(query, copy, deadline)
+            try:
+                return await self._route(query, copy, deadline)
+            except OwnerMoved:
+                continue  # the partition has a new owner: ask it, in the time left
+
+    async def _route(self, query: KeyQuery, copy: LocalCopy | None, deadline: float) -> Answer:
+        """A read this worker holds no active copy for: the owner's answer, else the best
+        copy's. Raises :class:`OwnerMoved` when the partition changes hands while a local
+        standby waits for the read's position."""
         owner = self.routing.owner(query.table, query.partition)
         candidates: list[PeerAnswer | None] = []
         if owner is not None and owner != self.routing.own_url:
-            answer = await self.peers.get(
-                owner, query.path, query.params, purpose="owner", wait=query.wait_s
-            )
+            answer = await self._ask(owner, query, deadline, purpose="owner")
             if answer is not None and answer.status == 504 and isinstance(answer.body, dict):
                 return Answer(504, answer.body)  # the owner waited the read's whole timeout
             if answer is not None and relayable(answer):
@@ -327,18 +351,34 @@ class Queries:
                     return Answer(answer.status, answer.body)
                 candidates.append(answer)  # the owner is restoring: maybe behind a standby
         if copy is not None:
+
+            def moved() -> bool:
+                return self.routing.owner(query.table, query.partition) != owner
+
             try:
-                local = await self._serve(query, copy)
+                local = await self._serve(query, copy, deadline, moved=moved)
             except (NotYet, NoReplica, NotHeldHere):
                 local = None  # this standby is behind the read's position or bound, or gone
             if local is not None:
                 if copy.offset_lag == 0:
                     return local
                 candidates.append(PeerAnswer(self.routing.own_url, local.status, local.body, {}))
-        return await self._from_peers(query, owner, candidates)
+        return await self._from_peers(query, owner, candidates, deadline)
+
+    async def _ask(
+        self, url: str, query: KeyQuery, deadline: float, *, purpose: str
+    ) -> PeerAnswer | None:
+        """One peer's answer to ``query``, given what is left of the read's timeout."""
+        remaining = max(0.0, deadline - time.monotonic())
+        params = query.params_within(remaining)
+        return await self.peers.get(url, query.path, params, purpose=purpose, wait=remaining)
 
     async def _from_peers(
-        self, query: KeyQuery, owner: str | None, candidates: list[PeerAnswer | None]
+        self,
+        query: KeyQuery,
+        owner: str | None,
+        candidates: list[PeerAnswer | None],
+        deadline: float,
     ) -> Answer:
         peers = [url for url in self.routing.peers() if url != owner]
         best: PeerAnswer | None = None
@@ -348,12 +388,7 @@ class Queries:
                 # Copies catch up within moments of a failover; ask again before a 503.
                 await asyncio.sleep(PEER_RETRY_SECONDS)
             answers = await asyncio.gather(
-                *(
-                    self.peers.get(
-                        url, query.path, query.params, purpose="standby", wait=query.wait_s
-                    )
-                    for url in peers
-                )
+                *(self._ask(url, query, deadline, purpose="standby") for url in peers)
             )
             best = best_answer(candidates + list(answers))
             if best is not None:
@@ -384,14 +419,22 @@ class Queries:
     def position(self, copy: LocalCopy) -> ReadPosition:
         return self.positions.of(copy.table.name, copy.partition, copy.stored_position())
 
-    async def _serve(self, query: KeyQuery, copy: LocalCopy) -> Answer:
+    async def _serve(
+        self,
+        query: KeyQuery,
+        copy: LocalCopy,
+        deadline: float,
+        moved: Callable[[], bool] | None = None,
+    ) -> Answer:
         """Answer from this worker's ``copy`` once it holds the read's position (waiting
-        up to the read's timeout), if it is within the read's staleness bound."""
+        until the read's deadline, or until ``moved`` says the partition has a new
+        owner), if it is within the read's staleness bound."""
         consistency = query.consistency
         position = self.position(copy)
         if consistency.wanted:
-            deadline = time.monotonic() + query.wait_s
             while missing := consistency.missing(position):
+                if moved is not None and moved():
+                    raise OwnerMoved(query.table.name, query.partition)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self.waits.timeouts += 1

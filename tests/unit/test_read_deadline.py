@@ -1,0 +1,142 @@
+"""A read that waits for a token's position keeps one deadline over every hop, and a
+standby that waits stops when its partition moves to another owner (pure routing logic:
+the peers, the routing and the local copy are stand-ins)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from api.errors import NoReplica
+from api.peers import PeerAnswer
+from api.positions import PositionWaits, ReadPosition
+from api.queries import Consistency, KeyQuery, Queries
+from api.routing import QueryTable
+
+TABLE = QueryTable(
+    name="inventory",
+    kind="table",
+    topic="streamstate-inventory-changelog",
+    partitions=4,
+    standby_replicas=1,
+    table=None,
+)
+QUERY = KeyQuery(
+    TABLE,
+    "store-1",
+    b"store-1",
+    2,
+    consistency=Consistency(token="t", topic="item-events", wanted={2: 10}, timeout_ms=2_000),
+)
+
+
+class Standby:
+    """This worker's standby copy: stuck before the token's position."""
+
+    replica = "standby"
+    offset_lag = 5
+
+    def stored_position(self) -> None:
+        return None
+
+    def get(self, raw: bytes) -> Any:
+        return {"old": True}
+
+
+class Routing:
+    own_url = "http://me"
+
+    def __init__(self, owner: str) -> None:
+        self.current = owner
+
+    def owner(self, table: QueryTable, partition: int) -> str:
+        return self.current
+
+    def peers(self) -> list[str]:
+        return ["http://me", "http://dead", "http://new"]
+
+
+class Local:
+    def __init__(self, copy: Any) -> None:
+        self.held = copy
+
+    def copy(self, table: QueryTable, partition: int) -> Any:
+        return self.held
+
+
+class Peers:
+    """The dead owner does not answer; the new owner answers as the active copy."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, int | None, float]] = []
+
+    async def get(
+        self, base: str, path: str, params: dict[str, Any], *, purpose: str, wait: float = 0.0
+    ) -> PeerAnswer | None:
+        self.asked.append((base, params.get("timeout_ms"), wait))
+        if base == "http://new":
+            body = {"replica": "active", "offset_lag": 0, "value": {"new": True}}
+            return PeerAnswer(base, 200, body, {})
+        return None
+
+
+def queries(routing: Routing, local: Local, peers: Peers) -> Queries:
+    found = Queries.__new__(Queries)
+    found.routing = routing  # type: ignore[assignment]
+    found.local = local  # type: ignore[assignment]
+    found.peers = peers  # type: ignore[assignment]
+    found.waits = PositionWaits()
+    found.position = lambda copy: ReadPosition(2, {"item-events": {2: 3}}, 5, None)  # type: ignore[method-assign]
+    return found
+
+
+def test_a_waiting_standby_gives_way_to_the_new_owner_within_the_timeout() -> None:
+    routing, peers = Routing("http://dead"), Peers()
+    reads = queries(routing, Local(Standby()), peers)
+
+    async def run() -> Any:
+        async def hand_over() -> None:
+            await asyncio.sleep(0.3)
+            routing.current = "http://new"
+
+        mover = asyncio.create_task(hand_over())
+        answer = await reads.read(QUERY, forwarded_by=None)
+        await mover
+        return answer
+
+    answer = asyncio.run(run())
+    assert answer.status == 200
+    assert answer.body["value"] == {"new": True}
+    # asked: the dead owner first, then the new one, with what was left of 2,000 ms
+    assert [base for base, _, _ in peers.asked] == ["http://dead", "http://new"]
+    first, second = peers.asked[0][1], peers.asked[1][1]
+    assert first is not None
+    assert second is not None
+    assert second < first <= 2_000
+    # handed on after the standby's wait of at least 300 ms, not after its whole timeout
+    assert second <= 2_000 - 300
+
+
+def test_no_copy_reaching_the_position_ends_the_read_at_its_timeout() -> None:
+    routing, peers_without_new = Routing("http://dead"), Peers()
+
+    async def nobody(base: str, path: str, params: dict[str, Any], **kw: Any) -> None:
+        peers_without_new.asked.append((base, params.get("timeout_ms"), kw["wait"]))
+
+    peers_without_new.get = nobody  # type: ignore[method-assign,assignment]
+    quick = KeyQuery(
+        TABLE,
+        "store-1",
+        b"store-1",
+        2,
+        consistency=Consistency(token="t", topic="item-events", wanted={2: 10}, timeout_ms=400),
+    )
+    reads = queries(routing, Local(Standby()), peers_without_new)
+    with pytest.raises(NoReplica):  # a 503: no copy answered
+        asyncio.run(reads.read(quick, forwarded_by=None))
+    # every ask after the standby's wait had no time left to hand on
+    later = peers_without_new.asked[1:]
+    assert later
+    assert all(timeout == 0 and wait == 0 for _, timeout, wait in later)
