@@ -16,6 +16,7 @@ from typing import Any
 import faust
 from mode import ServiceT
 
+import app as app_package
 from api import create_api
 from api.server import ApiServer, LegacyWebDisabled
 from core import topics
@@ -264,3 +265,6 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
 
 settings = Settings()
 app = create_app(settings)
+
+if app_package.COLLECTING:  # off while the modules were imported (app/__init__.py)
+    gc.enable()
