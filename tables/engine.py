@@ -517,6 +517,11 @@ class Engine:
         """Set up the task of a partition this worker now holds; what was fetched for it
         is dropped and fetched again from the committed offsets."""
         if not self.connector.ready(partition):
+            # Not restored here yet (or the group is rebalancing): fetch these records
+            # again. Dropped, they would wait for the partition's next record to start
+            # its task, and a partition that receives nothing more would never apply them.
+            again = {tp: records[0].offset for tp, records in fetched.items() if records}
+            await self.connector.seek(again)
             return
         await self.connector.prepare()
         delivery = self.connector.delivery(partition)

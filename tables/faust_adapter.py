@@ -449,13 +449,17 @@ class FaustConnector:
 
         async def seek() -> None:
             assert consumer is not None
+            # A partition revoked meanwhile is left to its next owner, who fetches it
+            # from the committed offset.
+            assigned = consumer.assignment()
+            wanted = {KafkaTP(*tp): offset for tp, offset in offsets.items()}
+            wanted = {tp: offset for tp, offset in wanted.items() if tp in assigned}
             # A partition with nothing committed starts at its log start, sought to as an
             # offset: a pending reset would leave the partition without a position.
-            fresh = [KafkaTP(*tp) for tp, offset in offsets.items() if offset is None]
+            fresh = [tp for tp, offset in wanted.items() if offset is None]
             starts = await consumer.beginning_offsets(fresh) if fresh else {}
-            for tp, offset in offsets.items():
-                ktp = KafkaTP(*tp)
-                consumer.seek(ktp, starts[ktp] if offset is None else offset)
+            for tp, offset in wanted.items():
+                consumer.seek(tp, starts[tp] if offset is None else offset)
 
         await _in_thread(self.app, seek)
 
@@ -631,6 +635,17 @@ class TrackedRecovery(Recovery):
         #: ``_set_recovery_started`` again after it, which must not reset them.
         self._bulk_carry: tuple[int, int, float | None] | None = None
         self._ends: AIOKafkaConsumer | None = None
+        self._ends_lock = asyncio.Lock()
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        # Connected while the group forms, not after the assignment, when every moment
+        # counts towards the restart (the recovery's first request needs it).
+        self.add_future(self._warm_up())
+
+    async def _warm_up(self) -> None:
+        with contextlib.suppress(Exception):  # not reachable yet: the recovery tries again
+            await self._ends_consumer()
 
     def count(self, table_name: str, *, active: bool) -> None:
         """Called once per changelog record that recovery hands to a table."""
@@ -719,11 +734,12 @@ class TrackedRecovery(Recovery):
         It retries a partition whose metadata it lacks every 10 ms, not aiokafka's 100 ms:
         its first request names topics it has not seen yet.
         """
-        if self._ends is None:
-            consumer = self._reader(retry_backoff_ms=10)
-            await consumer.start()
-            self._ends = consumer
-        return self._ends
+        async with self._ends_lock:
+            if self._ends is None:
+                consumer = self._reader(retry_backoff_ms=10)
+                await consumer.start()
+                self._ends = consumer
+            return self._ends
 
     async def on_stop(self) -> None:
         await super().on_stop()

@@ -502,3 +502,31 @@ def test_a_failed_engine_keeps_the_first_reason() -> None:
     engine.fail("task 1: the store failed: disk full")
     engine.fail("a standby's store failed: disk full")
     assert engine.failure == "task 1: the store failed: disk full"
+
+
+@dataclass
+class RestoringConnector(LogConnector):
+    """A worker whose tables are still restoring for each partition's first fetch."""
+
+    asked: set[int] = field(default_factory=set)
+
+    def ready(self, partition: int) -> bool:
+        first = partition not in self.asked
+        self.asked.add(partition)
+        return not first
+
+
+@pytest.mark.parametrize("exactly_once", [False, True])
+def test_records_fetched_before_a_partition_is_restored_are_fetched_again(
+    exactly_once: bool,
+) -> None:
+    # Nothing more arrives after these records: dropped, they would never be applied.
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    want = lines(log, TEXTS)
+    connector = RestoringConnector(log, exactly_once)
+    run(word_engine(connector, table), connector, limit=100)
+    assert connector.asked == set(range(PARTITIONS))
+    assert table.values() == dict(want)
+    for tp, records in log.records.items():
+        if tp.topic in (TEXT_LINES, REPARTITION_TOPIC):
+            assert log.committed[tp] == len(records), tp
