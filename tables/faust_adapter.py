@@ -391,6 +391,7 @@ class FaustConnector:
         self.exactly_once = exactly_once
         self._prepare = prepare
         self._changelogs: list[str] = []
+        self._not_copartitioned: set[int] = set()
         self._shared: SharedDelivery | None = None
 
     def watch_tables(self, changelog_topics: Sequence[str]) -> None:
@@ -410,6 +411,9 @@ class FaustConnector:
             return False
         missing = [t for t in self._changelogs if TP(t, partition) not in actives]
         if missing:
+            if partition in self._not_copartitioned:
+                return False  # said once: its records are fetched again every cycle
+            self._not_copartitioned.add(partition)
             logger.error(
                 "partition %d of the source topics is assigned here but not of the tables "
                 "%s: the topics are not co-partitioned",
