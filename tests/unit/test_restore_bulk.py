@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
 from faust.types import TP
 from rocksdict import Options, Rdict
 
-from tables.faust_adapter import write_run
+from tables.faust_adapter import tracked_only, write_run
 from tables.restore import bulk_plan
 
 A = TP("streamstate-word_counts-changelog", 0)
@@ -71,3 +72,37 @@ def test_a_run_is_written_with_its_offset_and_tombstones_delete(tmp_path: Path) 
     assert db[Store.offset_key] == b"16"
     for opened in store.dbs.values():
         opened.close()
+
+
+@dataclass
+class Message:
+    tp: TP
+
+
+@dataclass
+class Event:
+    message: Message
+
+
+@dataclass
+class Tracking:
+    active_tps: set[TP]
+    standby_tps: set[TP]
+    untracked_records: int = 0
+
+
+def test_recovery_gets_only_records_of_partitions_it_restores_now() -> None:
+    recovery = Tracking(active_tps={A}, standby_tps={C})
+    queue: asyncio.Queue[Event] = asyncio.Queue()
+    tracked_only(queue, recovery)
+    for tp in (B, A, B, C):  # B: a partition a rebalance took away
+        queue.put_nowait(Event(Message(tp)))
+
+    async def drain() -> list[TP]:
+        return [(await queue.get()).message.tp for _ in range(2)]
+
+    assert asyncio.run(drain()) == [A, C]
+    assert recovery.untracked_records == 2
+    recovery.standby_tps.add(B)  # assigned again: its records count again
+    queue.put_nowait(Event(Message(B)))
+    assert asyncio.run(queue.get()).message.tp == B
