@@ -32,9 +32,11 @@ class OwnerMoved(Exception):
 
 #: Longest accepted key, in UTF-8 bytes.
 MAX_KEY_BYTES = 1024
-#: How often the peers are asked before a read gives up with 503, and the pause between.
+#: How often the peers are asked in one round, and the pause between rounds.
 PEER_ATTEMPTS = 3
 PEER_RETRY_SECONDS = 0.3
+#: How long a read keeps asking before it answers 503 (seconds; at least its timeout).
+READ_PATIENCE_S = 3.0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -228,6 +230,10 @@ def windows_between(windows: list[Window], start: int, end: int) -> list[Window]
 class Queries:
     """Answers key reads for one worker."""
 
+    #: How long a read asks its partition's copies again before it answers 503: longer
+    #: than the group takes to hand a dead worker's partitions to the survivors.
+    patience_s = READ_PATIENCE_S
+
     def __init__(
         self, worker: Any, peers: Peers, positions: Positions, waits: PositionWaits
     ) -> None:
@@ -320,6 +326,7 @@ class Queries:
         if query.table.kind == "global":
             return self._read_global(query)
         deadline = time.monotonic() + query.wait_s
+        patience = time.monotonic() + max(query.wait_s, self.patience_s)
         while True:
             copy = self.local.copy(query.table, query.partition)
             if copy is not None and copy.replica == "active":
@@ -335,6 +342,13 @@ class Queries:
                 return await self._route(query, copy, deadline)
             except OwnerMoved:
                 continue  # the partition has a new owner: ask it, in the time left
+            except NoReplica:
+                # No copy answered: the group is rebalancing (a worker died, say), and
+                # the partition's copies answer again within moments. Ask anew, owner
+                # first, until the read's patience runs out.
+                if query.consistency.bounded or time.monotonic() >= patience:
+                    raise
+                await asyncio.sleep(PEER_RETRY_SECONDS)
 
     async def _route(self, query: KeyQuery, copy: LocalCopy | None, deadline: float) -> Answer:
         """A read this worker holds no active copy for: the owner's answer, else the best

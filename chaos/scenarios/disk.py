@@ -133,6 +133,12 @@ def _fault(kafka: LocalKafka, session: Session, worker: Worker, guarantee: str) 
 
 def fill(directory: Path) -> Path:
     """Write zeros to ``directory/filler`` until the filesystem is full."""
+    usage = shutil.disk_usage(directory)
+    if usage.free < (1 << 20):
+        raise RuntimeError(
+            f"{directory} is full before the fault ({usage.used >> 20} of "
+            f"{usage.total >> 20} MiB used); the largest files: {largest(directory)}"
+        )
     filler = directory / "filler"
     chunk = b"\0" * (1 << 20)
     with filler.open("wb") as out:
@@ -144,6 +150,16 @@ def fill(directory: Path) -> Path:
             if error.errno != errno.ENOSPC:
                 raise
     return filler
+
+
+def largest(directory: Path, n: int = 5) -> list[tuple[str, int]]:
+    """The ``n`` largest files under ``directory``: path and size in KiB."""
+    sizes = [
+        (str(p.relative_to(directory)), p.stat().st_blocks * 512 >> 10)
+        for p in directory.rglob("*")
+        if p.is_file()
+    ]
+    return sorted(sizes, key=lambda item: -item[1])[:n]
 
 
 def _wait_failed(worker: Worker, timeout: float) -> dict[str, Any]:

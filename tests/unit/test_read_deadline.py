@@ -134,9 +134,46 @@ def test_no_copy_reaching_the_position_ends_the_read_at_its_timeout() -> None:
         consistency=Consistency(token="t", topic="item-events", wanted={2: 10}, timeout_ms=400),
     )
     reads = queries(routing, Local(Standby()), peers_without_new)
+    reads.patience_s = 0.0  # no asking again (see the next test)
     with pytest.raises(NoReplica):  # a 503: no copy answered
         asyncio.run(reads.read(quick, forwarded_by=None))
     # every ask after the standby's wait had no time left to hand on
     later = peers_without_new.asked[1:]
     assert later
     assert all(timeout == 0 and wait == 0 for _, timeout, wait in later)
+
+
+def test_a_read_no_copy_answers_asks_again_until_the_group_has_rebalanced() -> None:
+    routing, peers = Routing("http://dead"), Peers()
+    reads = queries(routing, Local(None), peers)
+    plain = KeyQuery(TABLE, "store-1", b"store-1", 2)
+
+    async def run() -> Any:
+        async def rebalance() -> None:
+            await asyncio.sleep(1.0)  # the dead owner is removed; the new one takes over
+            routing.current = "http://new"
+
+        mover = asyncio.create_task(rebalance())
+        peers.get = no_answer_until_moved(peers, routing)  # type: ignore[method-assign]
+        answer = await reads.read(plain, forwarded_by=None)
+        await mover
+        return answer
+
+    answer = asyncio.run(run())
+    assert answer.status == 200
+    assert answer.body["value"] == {"new": True}
+    assert peers.asked[-1][0] == "http://new"
+    assert len(peers.asked) > 3  # asked again while the group rebalanced
+
+
+def no_answer_until_moved(peers: Peers, routing: Routing) -> Any:
+    """Before the move, no copy answers (the standby's worker is rebalancing too)."""
+    answer = peers.get
+
+    async def get(base: str, path: str, params: dict[str, Any], **kw: Any) -> Any:
+        if routing.current != "http://new":
+            peers.asked.append((base, params.get("timeout_ms"), kw.get("wait", 0.0)))
+            return None
+        return await answer(base, path, params, **kw)
+
+    return get
