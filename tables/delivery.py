@@ -6,9 +6,10 @@ previous owner and aborts whatever transaction that one left open, so the commit
 offsets read afterwards are final. Each cycle's changelog records, output records and
 source offsets commit in one transaction.
 
-``at_least_once``: one idempotent producer serves every task. A cycle's records are
-acknowledged before its offsets are committed (by the consumer group, once per engine
-cycle); a crash in between processes the cycle again.
+``at_least_once``: one idempotent producer serves every task. A cycle's outputs are
+acknowledged, then its changelog records, then its offsets are committed (by the consumer
+group, once per engine cycle); a crash in between processes the cycle again, and sends
+its outputs again rather than losing them.
 """
 
 from __future__ import annotations
@@ -129,12 +130,14 @@ class TransactionalDelivery:
         await producer.start()
         self._producer = producer
 
-    async def send(self, outputs: Sequence[Output], offsets: Mapping[TP, int]) -> dict[TP, int]:
+    async def send(
+        self, outputs: Sequence[Output], offsets: Mapping[TP, int], state: Sequence[Output] = ()
+    ) -> dict[TP, int]:
         producer = self._producer
         if producer is None:
             raise RuntimeError(f"transactional producer {self.transactional_id} is not open")
         async with producer.transaction():
-            written = await _send_all(producer, outputs)
+            written = await _send_all(producer, [*state, *outputs])
             if offsets:
                 commit = {TopicPartition(tp.topic, tp.partition): o for tp, o in offsets.items()}
                 await producer.send_offsets_to_transaction(commit, self.group_id)
@@ -155,8 +158,15 @@ class SharedDelivery:
     async def open(self) -> None:
         return None
 
-    async def send(self, outputs: Sequence[Output], offsets: Mapping[TP, int]) -> dict[TP, int]:
-        return await _send_all(self.producer, outputs)
+    async def send(
+        self, outputs: Sequence[Output], offsets: Mapping[TP, int], state: Sequence[Output] = ()
+    ) -> dict[TP, int]:
+        # The outputs first: state that lands without them would make the records that
+        # produced them look applied when they are processed again (see Delivery.send).
+        written = await _send_all(self.producer, outputs) if outputs else {}
+        if state:
+            written.update(await _send_all(self.producer, state))
+        return written
 
     async def close(self) -> None:
         return None

@@ -107,10 +107,15 @@ class Delivery(Protocol):
     async def open(self) -> None:
         """Before the task's first cycle (exactly_once: fences the previous owner)."""
 
-    async def send(self, outputs: Sequence[Output], offsets: Mapping[TP, int]) -> dict[TP, int]:
-        """Produce ``outputs`` and wait until Kafka holds them; under exactly_once commit
-        ``offsets`` in the same transaction. Returns the last offset written per topic
-        partition."""
+    async def send(
+        self, outputs: Sequence[Output], offsets: Mapping[TP, int], state: Sequence[Output] = ()
+    ) -> dict[TP, int]:
+        """Produce ``outputs`` and the changelog records ``state`` and wait until Kafka
+        holds them; under exactly_once commit ``offsets`` in the same transaction. Under
+        at_least_once ``state`` goes only once Kafka holds ``outputs``: a crash in between
+        sends the outputs again, and never leaves a changelog saying a record was applied
+        (a join's dedupe by offset) while its outputs were lost. Returns the last offset
+        written per topic partition."""
         ...
 
     async def close(self) -> None: ...
@@ -401,7 +406,7 @@ class Task:
             topic, partition = self.tables[name].changelog_topic, self.partition
             records += [Output(topic, key, value, partition) for key, value in items.items()]
         try:
-            written = await self.delivery.send([*records, *outputs], offsets)
+            written = await self.delivery.send(outputs, offsets, state=records)
         except Exception as exc:
             raise EngineFailure(
                 f"task {self.partition}: Kafka did not take the batch: {exc!r}"

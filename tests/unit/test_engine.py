@@ -55,11 +55,14 @@ class LogDelivery:
     async def open(self) -> None:
         self.opened += 1
 
-    async def send(self, outputs: Sequence[Output], offsets: Mapping[TP, int]) -> dict[TP, int]:
+    async def send(
+        self, outputs: Sequence[Output], offsets: Mapping[TP, int], state: Sequence[Output] = ()
+    ) -> dict[TP, int]:
         if self.fail and self.fail[0]:
             raise ConnectionError("the broker went away")
         written: dict[TP, int] = {}
-        for out in outputs:
+        # As Kafka gets them: one transaction, or the outputs before the changelogs.
+        for out in [*state, *outputs] if self.exactly_once else [*outputs, *state]:
             tp = TP(out.topic, out.partition if out.partition is not None else 0)
             written[tp] = self.log.append(tp, out.key, out.value, out.headers)
         if self.exactly_once:

@@ -19,10 +19,14 @@ from dataclasses import dataclass
 import orjson
 import pytest
 
-from core.topics import POSITION_KEY
-from tables.engine import TP, EngineFailure
-from tables.pipeline import Output
+from agents import settling
+from agents.settling import SETTLING_BUFFER, SETTLING_INDEX
+from core.topics import ITEM_EVENTS, PAYMENTS, POSITION_KEY, SETTLED_SALES
+from tables.definitions import UNSETTLED_SALES
+from tables.engine import TP, Engine, EngineFailure
+from tables.pipeline import Context, Output
 from tests.unit.test_engine import (
+    PARTITIONS,
     TEXTS,
     Log,
     LogConnector,
@@ -46,13 +50,17 @@ class CrashingDelivery(LogDelivery):
     point: str = ""
     armed: bool = False
 
-    async def send(self, outputs: Sequence[Output], offsets: Mapping[TP, int]) -> dict[TP, int]:
+    async def send(
+        self, outputs: Sequence[Output], offsets: Mapping[TP, int], state: Sequence[Output] = ()
+    ) -> dict[TP, int]:
         if self.armed and self.point == "before_kafka":
             raise Crash(self.point)
         if self.armed and self.point == "halfway_into_kafka":
-            await super().send(list(outputs)[: len(outputs) // 2], {})
+            # the first half of what Kafka gets, in the order the delivery sends it
+            ordered = [*state, *outputs] if self.exactly_once else [*outputs, *state]
+            await super().send(ordered[: len(ordered) // 2], {})
             raise Crash(self.point)
-        return await super().send(outputs, offsets)
+        return await super().send(outputs, offsets, state)
 
 
 class CrashingTable(MemoryTable):
@@ -160,3 +168,79 @@ def test_at_least_once_never_under_counts_after_a_crash_at_any_point(
     for tp, records in log.records.items():
         if tp.topic == "text-lines":
             assert log.committed[tp] == len(records)
+
+
+# -- the join: its buffer dedupes by offset, so its outputs must not trail its state -----
+
+
+def settling_log() -> tuple[Log, set[bytes]]:
+    """Sales on one store's partition, each paid a minute later: the pairs to expect."""
+    log, pairs = Log(), set()
+    for n in range(40):
+        sale = {
+            "event_id": f"s{n}",
+            "store_id": "store-1",
+            "sku": "sku-1",
+            "kind": "sale",
+            "quantity": 1,
+            "unit_price": 2.0,
+            "ts": 1_000_000 + n * 1_000,
+        }
+        paid = {
+            "payment_id": f"p{n}",
+            "sale_event_id": f"s{n}",
+            "store_id": "store-1",
+            "amount": 2.0,
+            "ts": 1_060_000 + n * 1_000,
+        }
+        log.append(TP(ITEM_EVENTS, 0), b"store-1", orjson.dumps(sale))
+        log.append(TP(PAYMENTS, 0), b"store-1", orjson.dumps(paid))
+        pairs.add(f"s{n}".encode())
+    return log, pairs
+
+
+def settled(log: Log) -> Counter[bytes]:
+    return Counter(
+        orjson.loads(r.value)["sale"]["event_id"].encode()
+        for r in log.topic(SETTLED_SALES)
+        if r.value is not None
+    )
+
+
+@pytest.mark.parametrize("at_cycle", [1, 2, 4])
+def test_at_least_once_settling_loses_no_pair_when_kafka_takes_half_a_cycle(
+    at_cycle: int,
+) -> None:
+    log, pairs = settling_log()
+    names = (SETTLING_BUFFER, SETTLING_INDEX, UNSETTLED_SALES)
+    context = Context(PARTITIONS, max_event_bytes=10_000, window_retention_ms=0)
+
+    def engine(connector: LogConnector, tables: dict[str, MemoryTable]) -> Engine:
+        return Engine(
+            settling.pipelines(context),
+            tables,
+            connector,
+            exactly_once=False,
+            partitions=PARTITIONS,
+        )
+
+    tables = {name: MemoryTable(name) for name in names}
+    connector = CrashingConnector(log, False, point="halfway_into_kafka")
+    crashing = engine(connector, tables)
+
+    async def until_crash() -> None:
+        for cycle in range(100):
+            connector.arm(cycle >= at_cycle)
+            fetched = fetch(connector, sorted(crashing.topics), 3)
+            positions = {tp: connector.positions[tp] for tp in fetched}
+            await crashing.process(fetched, positions)
+        raise AssertionError("the crash never came")
+
+    with pytest.raises((Crash, EngineFailure)):
+        asyncio.run(until_crash())
+    for table in tables.values():
+        recover(table, log)
+    restarted = LogConnector(log, False)
+    run(engine(restarted, tables), restarted, limit=3, cycles=200)
+    found = settled(log)
+    assert set(found) == pairs, f"lost {sorted(pairs - set(found))}"
