@@ -53,6 +53,7 @@ CHUNK_MS = 60_000
 _CHUNK = b"c"
 _SIDE_CODE: dict[Side, bytes] = {LEFT: b"l", RIGHT: b"r"}
 _CHUNK_KEY = struct.Struct(">QQ")  # minute start, first offset
+_MINUTE_KEY = struct.Struct(">Q")  # a chunk key's minute start: a prefix of its chunks
 _WATERMARK_KEY: dict[Side, bytes] = {LEFT: b"wl", RIGHT: b"wr"}
 #: Fields of a buffered record: [ts, watermark, offset, ...]
 _TS, _MARK, _OFFSET = 0, 1, 2
@@ -222,6 +223,7 @@ class PartitionJoin:
         if found:
             lefts = found.get("l", [])
             if any(entry[_OFFSET] == offset for entry in lefts):
+                self._ensure_indexed(LEFT, ts, offset, join_key)
                 return  # applied before: the record was fetched again
             for right in found.get("r", ()):
                 if self.window.matches(ts, mark, right[_TS], right[_MARK]):
@@ -243,6 +245,7 @@ class PartitionJoin:
         found = self.buffer.get(key)
         rights: list[Any] = found.get("r", []) if found else []
         if any(entry[_OFFSET] == offset for entry in rights):
+            self._ensure_indexed(RIGHT, ts, offset, join_key)
             return  # applied before: the record was fetched again
         lefts: list[Any] = found.get("l", []) if found else []
         settled = False
@@ -262,6 +265,20 @@ class PartitionJoin:
             stored["l"] = lefts
         self.buffer.put(key, stored)
         self._index(RIGHT, ts, offset, join_key)
+
+    def _ensure_indexed(self, side: Side, ts: int, offset: int, join_key: str) -> None:
+        """A record fetched again finds its buffer entry; its index entry must be there
+        too. Under at_least_once a crash can land the buffer's changelog record without
+        the index's: unindexed, the record would never expire, and an unmatched sale would
+        never be counted. (Replays are rare: a scan of one minute's chunks is cheap.)"""
+        minute = ts - ts % CHUNK_MS
+        if any(entry[1] == offset for entry in self._chunks.get((side, minute), ())):
+            return
+        prefix = _CHUNK + _SIDE_CODE[side] + _MINUTE_KEY.pack(minute)
+        for _key, entries in self.index.scan(prefix):
+            if any(entry[1] == offset for entry in entries):
+                return
+        self._index(side, ts, offset, join_key)
 
     def _index(self, side: Side, ts: int, offset: int, join_key: str) -> None:
         minute = ts - ts % CHUNK_MS

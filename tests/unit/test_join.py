@@ -440,3 +440,22 @@ def test_expiring_once_per_batch_gives_the_result_of_expiring_after_every_record
         every_record = run(open_join(Path(tmp) / "a", window), records)
         per_batch = run(open_join(Path(tmp) / "b", window), records, batch=batch)
     assert per_batch == every_record
+
+
+def test_a_replayed_sale_whose_index_entry_was_lost_still_expires_and_counts(
+    join: Stores,
+) -> None:
+    # at_least_once: a crash landed the buffer's changelog record but not the index's
+    run(join, [sale(0, 0, "e1")])
+    for key, _entries in list(join.index.scan(b"c")):
+        join.index.delete(key)
+    assert join.buffered(LEFT) == 0
+    # the sale is fetched again (its offset was not committed), then time passes it
+    outcome = run(join, [sale(0, 0, "e1"), restock(1, 20 * MIN), payment(0, 20 * MIN, "x", "p")])
+    assert outcome.unmatched == Counter({"e1": 1})
+
+
+def test_a_replayed_record_is_indexed_once(join: Stores) -> None:
+    run(join, [sale(0, 0, "e1"), payment(0, MIN, "e1", "p1")])
+    run(join, [sale(0, 0, "e1"), payment(0, MIN, "e1", "p1")], batch=2)
+    assert (join.buffered(LEFT), join.buffered(RIGHT)) == (1, 1)
