@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -111,6 +111,31 @@ def recover(table: MemoryTable, log: Log) -> None:
             )
 
 
+def crash_at(
+    engine: Engine,
+    connector: CrashingConnector,
+    at_cycle: int,
+    *,
+    limit: int,
+    arm: Callable[[bool], None] = lambda armed: None,
+) -> None:
+    """Run fetch-and-process cycles (``limit`` records per partition) until the crash
+    armed from cycle ``at_cycle`` on comes; ``arm`` arms what else may crash."""
+
+    async def until_crash() -> None:
+        for cycle in range(200):
+            armed = cycle >= at_cycle
+            connector.arm(armed)
+            arm(armed)
+            fetched = fetch(connector, sorted(engine.topics), limit)
+            positions = {tp: connector.positions[tp] for tp in fetched}
+            await engine.process(fetched, positions)
+        raise AssertionError("the crash never came")
+
+    with pytest.raises((Crash, EngineFailure)):
+        asyncio.run(until_crash())
+
+
 def crash_once(
     exactly_once: bool, point: str, at_cycle: int
 ) -> tuple[Counter[bytes], Log, MemoryTable]:
@@ -119,18 +144,10 @@ def crash_once(
     connector = CrashingConnector(log, exactly_once, point=point)
     engine = word_engine(connector, table)
 
-    async def until_crash() -> None:
-        for cycle in range(200):
-            armed = cycle >= at_cycle
-            connector.arm(armed)
-            table.armed = armed and point == "before_the_store"
-            fetched = fetch(connector, sorted(engine.topics), 2)
-            positions = {tp: connector.positions[tp] for tp in fetched}
-            await engine.process(fetched, positions)
-        raise AssertionError("the crash never came")
+    def arm(armed: bool) -> None:
+        table.armed = armed and point == "before_the_store"
 
-    with pytest.raises((Crash, EngineFailure)):
-        asyncio.run(until_crash())
+    crash_at(engine, connector, at_cycle, limit=2, arm=arm)
     table.armed = False
     # A new process on the same disk: restore, then resume from the committed offsets.
     recover(table, log)
@@ -226,18 +243,7 @@ def test_at_least_once_settling_loses_no_pair_when_kafka_takes_half_a_cycle(
 
     tables = {name: MemoryTable(name) for name in names}
     connector = CrashingConnector(log, False, point="halfway_into_kafka")
-    crashing = engine(connector, tables)
-
-    async def until_crash() -> None:
-        for cycle in range(100):
-            connector.arm(cycle >= at_cycle)
-            fetched = fetch(connector, sorted(crashing.topics), 3)
-            positions = {tp: connector.positions[tp] for tp in fetched}
-            await crashing.process(fetched, positions)
-        raise AssertionError("the crash never came")
-
-    with pytest.raises((Crash, EngineFailure)):
-        asyncio.run(until_crash())
+    crash_at(engine(connector, tables), connector, at_cycle, limit=3)
     for table in tables.values():
         recover(table, log)
     restarted = LogConnector(log, False)
