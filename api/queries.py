@@ -32,11 +32,12 @@ class OwnerMoved(Exception):
 
 #: Longest accepted key, in UTF-8 bytes.
 MAX_KEY_BYTES = 1024
-#: How often the peers are asked in one round, and the pause between rounds.
-PEER_ATTEMPTS = 3
+#: The pause between two rounds of asking a partition's copies.
 PEER_RETRY_SECONDS = 0.3
-#: How long a read keeps asking before it answers 503 (seconds; at least its timeout).
+#: How long a read keeps asking before it answers 503 (seconds; at least its timeout),
+#: and a read with a staleness bound, whose refusal is usually final.
 READ_PATIENCE_S = 3.0
+BOUNDED_PATIENCE_S = 2 * PEER_RETRY_SECONDS
 
 
 @functools.lru_cache(maxsize=4096)
@@ -326,7 +327,8 @@ class Queries:
         if query.table.kind == "global":
             return self._read_global(query)
         deadline = time.monotonic() + query.wait_s
-        patience = time.monotonic() + max(query.wait_s, self.patience_s)
+        asking = BOUNDED_PATIENCE_S if query.consistency.bounded else self.patience_s
+        patience = time.monotonic() + max(query.wait_s, asking)
         while True:
             copy = self.local.copy(query.table, query.partition)
             if copy is not None and copy.replica == "active":
@@ -342,11 +344,12 @@ class Queries:
                 return await self._route(query, copy, deadline)
             except OwnerMoved:
                 continue  # the partition has a new owner: ask it, in the time left
-            except NoReplica:
+            except NoReplica as refused:
                 # No copy answered: the group is rebalancing (a worker died, say), and
                 # the partition's copies answer again within moments. Ask anew, owner
                 # first, until the read's patience runs out.
-                if query.consistency.bounded or time.monotonic() >= patience:
+                if time.monotonic() >= patience:
+                    logger.warning("%s", refused.detail)
                     raise
                 await asyncio.sleep(PEER_RETRY_SECONDS)
 
@@ -395,24 +398,16 @@ class Queries:
         deadline: float,
     ) -> Answer:
         peers = [url for url in self.routing.peers() if url != owner]
-        best: PeerAnswer | None = None
-        answers: list[PeerAnswer | None] = []
-        for attempt in range(PEER_ATTEMPTS):
-            if attempt:
-                # Copies catch up within moments of a failover; ask again before a 503.
-                await asyncio.sleep(PEER_RETRY_SECONDS)
-            answers = await asyncio.gather(
-                *(self._ask(url, query, deadline, purpose="standby") for url in peers)
-            )
-            best = best_answer(candidates + list(answers))
-            if best is not None:
-                break
+        answers = await asyncio.gather(
+            *(self._ask(url, query, deadline, purpose="standby") for url in peers)
+        )
+        best = best_answer(candidates + list(answers))
         if best is not None:
             return Answer(best.status, best.body)
         waited = [a for a in answers if a is not None and a.status == 504]
         if waited and isinstance(waited[0].body, dict):
             return Answer(504, waited[0].body)  # copies exist but none reached the position
-        logger.warning(
+        logger.debug(
             "no copy of %s[%d] answered: owner %s, peers %s",
             query.table.name,
             query.partition,
