@@ -166,6 +166,8 @@ class PartitionJoin:
         self._left_limit: int | None = None
         #: (side, minute) -> the index entries this batch adds, in offset order
         self._chunks: dict[tuple[Side, int], list[list[Any]]] = {}
+        #: (side, minute) -> offsets the index holds, read for records fetched again
+        self._indexed: dict[tuple[Side, int], set[int]] = {}
         self.result = JoinResult()
 
     def watermark(self, side: Side) -> int | None:
@@ -197,7 +199,7 @@ class PartitionJoin:
         still match, and return the batch's pairs and final unmatched left records."""
         for (side, minute), entries in self._chunks.items():
             self.index.put(chunk_key(side, minute, entries[0][1]), entries)
-        self._chunks = {}
+        self._chunks, self._indexed = {}, {}
         for side in (LEFT, RIGHT):
             if self.marks[side] != self._marks_at_start[side]:
                 self.index.put(_WATERMARK_KEY[side], self.marks[side])
@@ -270,15 +272,16 @@ class PartitionJoin:
         """A record fetched again finds its buffer entry; its index entry must be there
         too. Under at_least_once a crash can land the buffer's changelog record without
         the index's: unindexed, the record would never expire, and an unmatched sale would
-        never be counted. (Replays are rare: a scan of one minute's chunks is cheap.)"""
+        never be counted. A minute's chunks are read once per batch, and only for replays."""
         minute = ts - ts % CHUNK_MS
-        if any(entry[1] == offset for entry in self._chunks.get((side, minute), ())):
-            return
-        prefix = _CHUNK + _SIDE_CODE[side] + _MINUTE_KEY.pack(minute)
-        for _key, entries in self.index.scan(prefix):
-            if any(entry[1] == offset for entry in entries):
-                return
-        self._index(side, ts, offset, join_key)
+        indexed = self._indexed.get((side, minute))
+        if indexed is None:  # read once per batch: a refetched batch replays many records
+            prefix = _CHUNK + _SIDE_CODE[side] + _MINUTE_KEY.pack(minute)
+            indexed = {entry[1] for _key, entries in self.index.scan(prefix) for entry in entries}
+            indexed.update(entry[1] for entry in self._chunks.get((side, minute), ()))
+            self._indexed[(side, minute)] = indexed
+        if offset not in indexed:
+            self._index(side, ts, offset, join_key)
 
     def _index(self, side: Side, ts: int, offset: int, join_key: str) -> None:
         minute = ts - ts % CHUNK_MS
@@ -286,6 +289,9 @@ class PartitionJoin:
         if entries is None:
             entries = self._chunks[(side, minute)] = []
         entries.append([ts, offset, join_key])
+        indexed = self._indexed.get((side, minute))
+        if indexed is not None:
+            indexed.add(offset)
 
     # -- expiry -------------------------------------------------------------------------
 

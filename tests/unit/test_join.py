@@ -459,3 +459,8 @@ def test_a_replayed_record_is_indexed_once(join: Stores) -> None:
     run(join, [sale(0, 0, "e1"), payment(0, MIN, "e1", "p1")])
     run(join, [sale(0, 0, "e1"), payment(0, MIN, "e1", "p1")], batch=2)
     assert (join.buffered(LEFT), join.buffered(RIGHT)) == (1, 1)
+
+
+def test_a_record_replayed_in_its_own_batch_is_indexed_once(join: Stores) -> None:
+    run(join, [sale(0, 0, "e1"), sale(0, 0, "e1"), sale(1, 1, "e2"), sale(1, 1, "e2")], batch=4)
+    assert join.buffered(LEFT) == 2
