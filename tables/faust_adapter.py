@@ -875,12 +875,14 @@ class TrackedRecovery(Recovery):
         stats.total_duration_s += elapsed
         rate = self._records_now / elapsed if elapsed > 0 else 0.0
         logger.info(
-            "restore %d done: %d changelog records in %.3f s (%.0f records/s) for %d partitions",
+            "restore %d done: %d changelog records in %.3f s (%.0f records/s) for %d "
+            "partitions; %d records of partitions not restored here skipped so far",
             stats.restores,
             self._records_now,
             elapsed,
             rate,
             len(self.active_tps),
+            self.untracked_records,
         )
 
 
@@ -911,7 +913,7 @@ class StreamstateTableManager(TableManager):
         return self._changelog_queue
 
 
-def tracked_only(queue: Any, recovery: Any) -> Any:
+def tracked_only(queue: Any, recovery: Any) -> None:
     """Make ``queue.get`` skip changelog records of partitions that ``recovery`` tracks
     neither as active nor as standby (records fetched before a rebalance took them away).
 
@@ -931,7 +933,6 @@ def tracked_only(queue: Any, recovery: Any) -> Any:
             logger.debug("changelog record of %s skipped: not restored here now", tp)
 
     queue.get = get_tracked
-    return queue
 
 
 def restore_counter(app: faust.App, name: str) -> Any:
