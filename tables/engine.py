@@ -469,6 +469,44 @@ class Engine:
             reason,
         )
 
+    async def offer(
+        self,
+        fetched: Mapping[Any, Sequence[SourceRecord]],
+        positions: Mapping[Any, int],
+        *,
+        settled: bool = True,
+    ) -> None:
+        """Hand one fetch to the engine. What it does not apply is fetched again: the
+        consumer's position is past it, and a partition that receives nothing more would
+        never start its task to seek back.
+
+        ``settled`` is False when the group is rebalancing or the fetch belongs to an
+        earlier generation: the tasks close, and start again from the committed offsets
+        once the records come back. A Kafka failure under the cycle does the same before
+        it is raised; a store failure is raised as it is (nothing more is processed)."""
+        if not settled:
+            await self.revoke()
+            await self.refetch(fetched)
+            return
+        try:
+            await self.process(fetched, positions)
+        except StoreFailure:
+            raise
+        except EngineFailure:
+            await self.revoke()
+            await self.refetch(fetched)
+            raise
+
+    async def refetch(self, fetched: Mapping[Any, Sequence[SourceRecord]]) -> None:
+        """Seek each fetched source partition back to its first fetched record."""
+        again = {
+            TP(tp.topic, tp.partition): records[0].offset
+            for tp, records in fetched.items()
+            if records and tp.topic in self.topics
+        }
+        if again:
+            await self.connector.seek(again)
+
     async def process(
         self, fetched: Mapping[Any, Sequence[SourceRecord]], positions: Mapping[Any, int]
     ) -> None:
@@ -525,8 +563,7 @@ class Engine:
             # Not restored here yet (or the group is rebalancing): fetch these records
             # again. Dropped, they would wait for the partition's next record to start
             # its task, and a partition that receives nothing more would never apply them.
-            again = {tp: records[0].offset for tp, records in fetched.items() if records}
-            await self.connector.seek(again)
+            await self.refetch(fetched)
             return
         await self.connector.prepare()
         delivery = self.connector.delivery(partition)

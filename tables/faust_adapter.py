@@ -338,11 +338,11 @@ async def _drain(app: Any, fetcher: Service) -> None:
                     await callback(consumer._to_message(tp, record))
             if not sources:
                 continue
-            if app.rebalancing or app.consumer_generation_id != generation:
-                # Fetched before a rebalance: the tasks start again from the committed
-                # offsets once it is over.
-                await engine.revoke()
-                continue
+            # Fetched during a rebalance (faust resumes the source partitions before it
+            # ends it) or before one: the engine seeks them back. A partition with no
+            # committed offset keeps its position through faust's seek to the committed
+            # offsets, so dropped records would not come again.
+            settled = not app.rebalancing and app.consumer_generation_id == generation
             positions = {}
             for tp in consumer.assignment():
                 if tp.topic in engine.topics:
@@ -351,7 +351,7 @@ async def _drain(app: Any, fetcher: Service) -> None:
                         positions[tp] = position
             if engine.failure is not None:
                 continue  # a store failed: nothing more is processed until a restart
-            cycle = asyncio.ensure_future(engine.process(sources, positions))
+            cycle = asyncio.ensure_future(engine.offer(sources, positions, settled=settled))
             try:
                 await asyncio.shield(cycle)
             except StoreFailure as exc:
@@ -363,7 +363,6 @@ async def _drain(app: Any, fetcher: Service) -> None:
                     exc,
                     KAFKA_RETRY_S,
                 )
-                await engine.revoke()
                 await asyncio.sleep(KAFKA_RETRY_S)
             cycle = None
     except asyncio.CancelledError:

@@ -533,3 +533,47 @@ def test_records_fetched_before_a_partition_is_restored_are_fetched_again(
     for tp, records in log.records.items():
         if tp.topic in (TEXT_LINES, REPARTITION_TOPIC):
             assert log.committed[tp] == len(records), tp
+
+
+@pytest.mark.parametrize("exactly_once", [False, True])
+def test_records_fetched_during_a_rebalance_are_fetched_again(exactly_once: bool) -> None:
+    # The consumer's position is past them, and nothing more arrives to start the tasks.
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    want = lines(log, TEXTS)
+    connector = LogConnector(log, exactly_once)
+    engine = word_engine(connector, table)
+
+    async def during_a_rebalance() -> None:
+        fetched = fetch(connector, sorted(engine.topics), 1000)
+        positions = {tp: connector.positions[tp] for tp in fetched}
+        await engine.offer(fetched, positions, settled=False)
+
+    asyncio.run(during_a_rebalance())
+    assert engine.tasks == {}
+    assert table.values() == {}
+    run(engine, connector, limit=1000)
+    assert table.values() == dict(want)
+
+
+@pytest.mark.parametrize("exactly_once", [False, True])
+def test_after_a_kafka_failure_the_same_engine_applies_the_failed_batch(
+    exactly_once: bool,
+) -> None:
+    # One batch holds every record, so no later record would start the tasks again.
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    want = lines(log, TEXTS)
+    connector = LogConnector(log, exactly_once, fail=[True])
+    engine = word_engine(connector, table)
+
+    async def failing() -> None:
+        while True:
+            fetched = fetch(connector, sorted(engine.topics), 1000)
+            positions = {tp: connector.positions[tp] for tp in fetched}
+            await engine.offer(fetched, positions)
+
+    with pytest.raises(EngineFailure):
+        asyncio.run(failing())
+    assert engine.tasks == {}
+    connector.fail[0] = False  # Kafka answers again
+    run(engine, connector, limit=1000)
+    assert table.values() == dict(want)
