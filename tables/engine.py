@@ -537,10 +537,13 @@ class Engine:
                 if task is None:
                     await self._start(partition, fetched_here)
                     continue
-                runs.append(task.run(fetched_here, moved))
+                runs.append((task, fetched_here))
             if not runs:
                 return
-            results = await asyncio.gather(*runs, return_exceptions=True)
+            results = await asyncio.gather(
+                *(task.run(fetched_here, moved) for task, fetched_here in runs),
+                return_exceptions=True,
+            )
             errors = [r for r in results if isinstance(r, BaseException)]
             if errors:
                 raise errors[0]

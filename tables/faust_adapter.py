@@ -299,6 +299,8 @@ async def remove_static_members(
 
 #: After Kafka failed under a cycle, the tasks start again this many seconds later.
 KAFKA_RETRY_S = 1.0
+#: At a stop, how long the cycle in flight may take to commit before it is cut short.
+STOP_WAIT_S = 5.0
 
 
 class EngineFetcher(Fetcher):
@@ -367,9 +369,20 @@ async def _drain(app: Any, fetcher: Service) -> None:
             cycle = None
     except asyncio.CancelledError:
         if cycle is not None and not cycle.done():
-            # A batch cycle is never cut short: it commits (or fails) as a whole.
+            # The cycle in flight commits (or fails) as a whole, unless a rebalance under
+            # the stop leaves it waiting on a consumer that faust has closed meanwhile. Cut
+            # short, it is like a kill -9: nothing of it took effect past what Kafka holds,
+            # and the partitions' next owners redo it from the committed offsets.
             with contextlib.suppress(EngineFailure):
-                await cycle
+                try:
+                    await asyncio.wait_for(asyncio.shield(cycle), STOP_WAIT_S)
+                except TimeoutError:
+                    logger.warning(
+                        "the cycle in flight did not finish within %.0f s of the stop; it "
+                        "is cut short and redone from the committed offsets",
+                        STOP_WAIT_S,
+                    )
+                    cycle.cancel()
         raise
     except Exception as exc:
         logger.exception("the engine's fetch loop failed; the worker stops")

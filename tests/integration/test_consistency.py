@@ -50,8 +50,10 @@ def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
                 worker.wait_ready(180)
             yield Group(kafka, workers)
         finally:
-            for worker in workers:
-                worker.stop()
+            # Stopping one worker rebalances the others while they stop in turn: a SIGTERM
+            # must end each of them even then.
+            hung = [w.url for w in workers if not w.stop()]
+            assert not hung, f"workers that a SIGTERM did not stop within 30 s: {hung}"
 
 
 def call(worker: Worker, path: str, body: Any = None, timeout: float = 45) -> tuple[int, Any]:

@@ -115,10 +115,12 @@ class Worker:
             return ""
         return self.log_path.read_text(errors="replace")
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop gracefully (SIGTERM), by process id; kill if it hangs."""
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop gracefully (SIGTERM), by process id; kill if it hangs. False when it had
+        to be killed."""
         if self.process is None:
-            return
+            return True
+        stopped = True
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -126,7 +128,9 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
+                stopped = False
         self.process = None
+        return stopped
 
     def kill9(self) -> None:
         if self.process is not None and self.process.poll() is None:
