@@ -57,8 +57,8 @@ TEST_PROCESSES ?= 2
 test: install kafka-jars spark-jars tools
 	$(MAKE) lint
 	$(if $(shell command -v mvn 2>/dev/null),$(MAKE) kstreams-test,@echo "mvn not on PATH: the Kafka Streams baseline's tests are skipped")
-	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile -m "not alone"
-	$(VENV)/bin/pytest -m alone
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile -m "not alone" --durations=20
+	$(VENV)/bin/pytest -m alone --durations=10
 
 # The Kafka Streams baseline of the benchmarks (bench/baselines/kstreams/): its topologies'
 # TopologyTestDriver tests, against kafka-streams of the broker's version.
