@@ -107,6 +107,22 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             return None
         return super().verify_event_path(now, tp)
 
+    async def on_thread_stop(self) -> None:
+        try:
+            await super().on_thread_stop()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this thread itself is cancelled
+            # aiokafka's Fetcher.close() awaits the fetch requests it has just cancelled,
+            # so a stop while one backs off (Kafka unreachable) raises their
+            # CancelledError. The consumer thread would die before it tells the worker,
+            # and the worker would wait for it until killed. Its connections close here.
+            logger.info("the consumer stopped while a fetch was backing off")
+            client = getattr(self._consumer, "_client", None)
+            if client is not None:
+                await client.close()
+
     def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
         if self.read_committed:

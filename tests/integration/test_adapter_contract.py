@@ -82,6 +82,7 @@ def _parameters(function: Any) -> list[str]:
         (faust_aiokafka.AIOKafkaConsumerThread, "_create_worker_consumer", ["self", "transport"]),
         (faust_aiokafka.AIOKafkaConsumerThread, "call_thread", None),
         (faust_aiokafka.AIOKafkaConsumerThread, "verify_event_path", ["self", "now", "tp"]),
+        (faust_aiokafka.AIOKafkaConsumerThread, "on_thread_stop", ["self"]),
         (faust_aiokafka.Transport, "Consumer", None),
         (RocksStore, "_db_for_partition", ["self", "partition"]),
         (RocksStore, "persisted_offset", ["self", "tp"]),

@@ -34,7 +34,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             worker.wait_ready(180)
             yield Setup(kafka, worker)
         finally:
-            worker.stop()
+            # Kafka may be down here: a SIGTERM must stop the worker all the same.
+            assert worker.stop(), "a SIGTERM did not stop the worker within 30 s"
 
 
 def post_line(worker: Worker) -> tuple[int, Any, Any]:
