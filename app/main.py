@@ -138,6 +138,11 @@ def create_app(settings: Settings) -> StreamstateApp:
         "TableManager": "tables.faust_adapter:StreamstateTableManager",
     }
     app = StreamstateApp(APP_ID, **options)
+    # faust reads PROCESSING_GUARANTEE from the environment as well, over the option above,
+    # and would then start transactional producers of its own at every rebalance. The
+    # engine owns the transactions: faust runs at least once whatever the environment says.
+    conf: Any = app.conf
+    conf.processing_guarantee = "at_least_once"
     app.settings = settings
     app.read_committed = settings.processing_guarantee == "exactly_once"
     app.web_server(LegacyWebDisabled)

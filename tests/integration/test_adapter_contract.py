@@ -122,6 +122,22 @@ def test_the_adapter_plugs_its_fetcher_and_transport_into_the_app() -> None:
     assert isinstance(app.tables, faust_adapter.StreamstateTableManager)
 
 
+def test_faust_runs_at_least_once_when_the_environment_asks_for_exactly_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The engine runs the transactions; faust would start producers of its own.
+    from app.main import create_app
+    from core.settings import Settings
+
+    monkeypatch.setenv("PROCESSING_GUARANTEE", "exactly_once")
+    settings = Settings()
+    assert settings.processing_guarantee == "exactly_once"
+    app = create_app(settings)
+    assert app.conf.processing_guarantee.value == "at_least_once"
+    assert not app.in_transaction
+    assert app.read_committed  # the engine's consumer still reads committed records only
+
+
 # -- aiokafka against the broker ---------------------------------------------------------
 
 
