@@ -49,8 +49,10 @@ class Settings(BaseSettings):
     broker_session_timeout: float = Field(
         10.0, gt=0, validation_alias=_env("BROKER_SESSION_TIMEOUT")
     )
+    #: Members learn of a rebalance at their next heartbeat: a restarted worker's join
+    #: waits for the slowest of them, so a short interval shortens every restart.
     broker_heartbeat_interval: float = Field(
-        1.0, gt=0, validation_alias=_env("BROKER_HEARTBEAT_INTERVAL")
+        0.25, gt=0, validation_alias=_env("BROKER_HEARTBEAT_INTERVAL")
     )
     broker_rebalance_timeout: float = Field(
         20.0, gt=0, validation_alias=_env("BROKER_REBALANCE_TIMEOUT")
