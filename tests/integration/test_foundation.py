@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from tests.support.kafka import ROOT, LocalKafka, local_kafka
+from tests.support.kafka import ROOT, TEST_PORT, LocalKafka, local_kafka
 from tests.support.workers import Worker
 
 pytestmark = pytest.mark.integration
@@ -108,13 +108,16 @@ async def _round_trip_with_a_compacted_topic(bootstrap: str) -> None:
 
 
 def test_kafka_down_stops_the_jvm_it_started(tmp_path: Path) -> None:
-    cluster = LocalKafka(port=39192, brokers=1, directory=tmp_path / "own")
+    # Below the kernel's ephemeral ports (32768 and up), which a client's connection may
+    # hold: a fixed port there was once taken when the broker came to bind it.
+    port = TEST_PORT + 2500
+    cluster = LocalKafka(port=port, brokers=1, directory=tmp_path / "own")
     cluster.up()
     try:
         (pid,) = cluster.pids()
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         assert b"kafka.Kafka" in command
-        with socket.create_connection(("127.0.0.1", 39192), timeout=5):
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
     finally:
         cluster.down()
