@@ -123,8 +123,6 @@ def create_app(settings: Settings) -> StreamstateApp:
         "web_host": settings.web_host,
         "web_port": settings.web_port,
         "table_standby_replicas": settings.table_standby_replicas,
-        # The engine runs the transactions itself under exactly_once (tables/engine.py).
-        "processing_guarantee": "at_least_once",
         "topic_partitions": settings.topic_partitions,
         "topic_replication_factor": settings.topic_replication_factor,
         "broker_session_timeout": settings.broker_session_timeout,
@@ -138,9 +136,10 @@ def create_app(settings: Settings) -> StreamstateApp:
         "TableManager": "tables.faust_adapter:StreamstateTableManager",
     }
     app = StreamstateApp(APP_ID, **options)
-    # faust reads PROCESSING_GUARANTEE from the environment as well, over the option above,
-    # and would then start transactional producers of its own at every rebalance. The
-    # engine owns the transactions: faust runs at least once whatever the environment says.
+    # The engine runs the transactions itself under exactly_once (tables/engine.py), so
+    # faust runs at least once. Set here, not as an App option: faust reads
+    # PROCESSING_GUARANTEE from the environment over its options, and would then start
+    # transactional producers of its own at every rebalance.
     conf: Any = app.conf
     conf.processing_guarantee = "at_least_once"
     app.settings = settings

@@ -182,6 +182,15 @@ def run(engine: Engine, connector: LogConnector, limit: int = 3, cycles: int = 1
     asyncio.run(go())
 
 
+async def offer_next(
+    engine: Engine, connector: LogConnector, limit: int, *, settled: bool = True
+) -> None:
+    """One fetch handed to the engine as the worker's fetch loop hands it."""
+    fetched = fetch(connector, sorted(engine.topics), limit)
+    positions = {tp: connector.positions[tp] for tp in fetched}
+    await engine.offer(fetched, positions, settled=settled)
+
+
 def word_engine(connector: LogConnector, table: MemoryTable) -> Engine:
     return Engine(
         pipelines(Context(PARTITIONS, max_event_bytes=1000, window_retention_ms=0)),
@@ -543,12 +552,7 @@ def test_records_fetched_during_a_rebalance_are_fetched_again(exactly_once: bool
     connector = LogConnector(log, exactly_once)
     engine = word_engine(connector, table)
 
-    async def during_a_rebalance() -> None:
-        fetched = fetch(connector, sorted(engine.topics), 1000)
-        positions = {tp: connector.positions[tp] for tp in fetched}
-        await engine.offer(fetched, positions, settled=False)
-
-    asyncio.run(during_a_rebalance())
+    asyncio.run(offer_next(engine, connector, 1000, settled=False))
     assert engine.tasks == {}
     assert table.values() == {}
     run(engine, connector, limit=1000)
@@ -567,9 +571,7 @@ def test_after_a_kafka_failure_the_same_engine_applies_the_failed_batch(
 
     async def failing() -> None:
         while True:
-            fetched = fetch(connector, sorted(engine.topics), 1000)
-            positions = {tp: connector.positions[tp] for tp in fetched}
-            await engine.offer(fetched, positions)
+            await offer_next(engine, connector, 1000)
 
     with pytest.raises(EngineFailure):
         asyncio.run(failing())
