@@ -9,10 +9,17 @@ KAFKA_PORT ?= 9092
 KAFKA_BROKERS ?= 1
 export KAFKA_PORT KAFKA_BROKERS
 
-.PHONY: install run test test-unit test-integration test-batch lint kafka-up kafka-down \
+.PHONY: install bytecode run test test-unit test-integration test-batch lint kafka-up kafka-down \
         kafka-jars spark-jars executor-env nightly bench chaos clean tools kstreams-test
 
 install: $(STAMP)
+
+# The project's own modules compiled to bytecode (only what changed since). The machine may
+# forbid Python to write bytecode (PYTHONDONTWRITEBYTECODE, as in the Dockerfile, whose
+# wheel install compiles them instead); a worker would then compile every module of the
+# project at each start.
+bytecode: install
+	$(PY) -m compileall -q -j 0 core app agents tables api jobs ops bench chaos tests
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,7 +45,7 @@ kafka-up:
 kafka-down:
 	ops/kafka.sh down
 
-run: install kafka-up
+run: bytecode kafka-up
 	ops/run.sh
 
 lint: install
@@ -54,7 +61,7 @@ tools:
 # ports (tests/support/kafka.py). The tests marked `alone` (faults timed under load) run
 # after the rest, with the machine to themselves.
 TEST_PROCESSES ?= 2
-test: install kafka-jars spark-jars tools
+test: bytecode kafka-jars spark-jars tools
 	$(MAKE) lint
 	$(if $(shell command -v mvn 2>/dev/null),$(MAKE) kstreams-test,@echo "mvn not on PATH: the Kafka Streams baseline's tests are skipped")
 	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile -m "not alone" --durations=20
@@ -76,13 +83,13 @@ test-integration: install kafka-jars
 test-batch: install kafka-jars spark-jars
 	$(VENV)/bin/pytest -m batch
 
-nightly: install kafka-up spark-jars
+nightly: bytecode kafka-up spark-jars
 	$(PY) -m ops.nightly --once
 
-bench: install
+bench: bytecode
 	$(PY) -m bench $(BENCH_ARGS)
 
-chaos: install kafka-jars spark-jars
+chaos: bytecode kafka-jars spark-jars
 	$(PY) -m chaos $(CHAOS_ARGS)
 
 clean:

@@ -29,6 +29,7 @@ from tables.faust_adapter import (
     EngineApp,
     EngineService,
     FaustConnector,
+    StandbyFlusher,
     check_versions,
     internal_channels,
     on_partitions_revoked,
@@ -100,6 +101,9 @@ class StreamstateApp(EngineApp):
         if not (self.producer_only or self.client_only):
             deps.append(self.wiring.catalog)
             deps.append(EngineService(self.wiring.engine, self.wiring.connector))
+            deps.append(
+                StandbyFlusher(self, self.wiring.engine, self.settings.standby_flush_interval)
+            )
             # The worker CLI has set web_host/web_port by now; they are the canonical URL.
             deps.append(
                 ApiServer(
@@ -251,19 +255,6 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
         await on_partitions_revoked(engine)
 
     revoked.connect(on_revoked, weak=False)
-
-    async def flush_standby_buffers() -> None:
-        # faust buffers 1,000 standby updates per partition before writing them: without
-        # this a standby could serve minutes-old values.
-        recovery: Any = getattr(app.tables, "recovery", None)
-        if recovery is None or engine.failure is not None:
-            return
-        try:
-            recovery.flush_buffers()
-        except Exception as exc:  # a standby's store failed (a full disk, say)
-            engine.fail(f"a standby's store failed: {exc!r}")
-
-    app.timer(settings.standby_flush_interval, name="flush_standby_buffers")(flush_standby_buffers)
     return Wiring(tables, catalog, pipelines, engine, connector)
 
 

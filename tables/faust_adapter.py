@@ -540,6 +540,36 @@ class EngineService(Service):
             self._producer = None
 
 
+class StandbyFlusher(Service):
+    """Writes the updates faust buffers for standby partitions every ``interval`` seconds.
+
+    faust buffers 1,000 standby updates per partition before it writes them: without
+    this a standby could serve minutes-old values. (A service of its own rather than
+    ``app.timer``, which walks every imported module at declaration: a tenth of a second
+    of every start-up.)
+    """
+
+    def __init__(self, app: Any, engine: Engine, interval: float, **kwargs: Any) -> None:
+        self.app = app
+        self.engine = engine
+        self.interval = interval
+        super().__init__(**kwargs)
+
+    @Service.task
+    async def _flush_periodically(self) -> None:
+        async for _ in self.itertimer(self.interval, name="flush_standby_buffers"):
+            self.flush()
+
+    def flush(self) -> None:
+        recovery: Any = getattr(self.app.tables, "recovery", None)
+        if recovery is None or self.engine.failure is not None:
+            return
+        try:
+            recovery.flush_buffers()
+        except Exception as exc:  # a standby's store failed (a full disk, say)
+            self.engine.fail(f"a standby's store failed: {exc!r}")
+
+
 async def on_partitions_revoked(engine: Engine) -> None:
     """Receiver of ``app.on_partitions_revoked``: the cycle in flight commits first."""
     await engine.revoke()

@@ -12,6 +12,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import orjson
 import pytest
@@ -21,6 +22,7 @@ from agents.words import REPARTITION_TOPIC, pipelines
 from core.topics import POSITION_KEY, TEXT_LINES, dlq_topic
 from tables.definitions import WORD_COUNTS
 from tables.engine import TP, Engine, EngineFailure, StoreFailure
+from tables.faust_adapter import StandbyFlusher
 from tables.pipeline import ERROR_HEADER, Batch, Context, Output, Pipeline, Record, TableSpec
 from tables.positions import Lineage, Position, encode_offsets
 
@@ -514,6 +516,36 @@ def test_a_failed_engine_keeps_the_first_reason() -> None:
     engine.fail("task 1: the store failed: disk full")
     engine.fail("a standby's store failed: disk full")
     assert engine.failure == "task 1: the store failed: disk full"
+
+
+class _Recovery:
+    def __init__(self, error: Exception | None) -> None:
+        self.error, self.flushes = error, 0
+
+    def flush_buffers(self) -> None:
+        self.flushes += 1
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.mark.parametrize("error", [None, OSError("No space left on device")])
+def test_the_standby_flusher_fails_the_engine_when_a_standby_store_fails(
+    error: Exception | None,
+) -> None:
+    engine = word_engine(LogConnector(Log(), exactly_once=True), MemoryTable(WORD_COUNTS))
+    recovery = _Recovery(error)
+    flusher = StandbyFlusher(
+        SimpleNamespace(tables=SimpleNamespace(recovery=recovery)), engine, 0.5
+    )
+    flusher.flush()
+    assert recovery.flushes == 1
+    if error is None:
+        assert engine.failure is None
+    else:
+        assert engine.failure is not None
+        assert "No space left on device" in engine.failure
+        flusher.flush()  # a failed engine flushes no more
+        assert recovery.flushes == 1
 
 
 @dataclass
