@@ -1,25 +1,26 @@
-"""The CI-sized chaos suite: the scenarios of ``make chaos`` at a smaller size.
+"""The CI-sized chaos suite: the fault scenarios of ``make chaos`` at a smaller size.
 
 Each test runs one scenario of ``chaos/`` against its own Kafka (port 29192) and real
-worker processes, at the CI load level (chaos/load.py), and asserts every one of that
-scenario's checks (chaos/checks.py). The full run (``make chaos``) adds the three-node
-broker loss and runs every scenario at half the benchmark's throughput.
+worker processes, with faults under the CI load level (chaos/load.py), and asserts every
+one of that scenario's checks (chaos/checks.py). These run with the machine to themselves
+(``alone``); the scenarios without load are in test_chaos_inputs.py. The full run
+(``make chaos``) adds the three-node broker loss and runs every scenario at half the
+benchmark's throughput.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from chaos import checks
 from chaos.env import cluster
 from chaos.load import CI_LEVEL
-from chaos.scenarios import api_fuzz, bad_input, broker_outage, disk, kill_worker, lost_disk
+from chaos.scenarios import broker_outage, disk, kill_worker
 from chaos.suite import kill_plan
+from tests.support.checks import assert_checks
 from tests.support.kafka import LocalKafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.timeout(900)]
@@ -29,36 +30,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.timeout(90
 def kafka() -> Iterator[LocalKafka]:
     with cluster("ci") as running:
         yield running
-
-
-def assert_checks(found: list[checks.Check], figures: dict[str, Any], out: Path) -> None:
-    """Every check of a guarantee holds (targets, times to be back, are measured: they
-    belong to the full run's report); the figures are kept in ``out``."""
-    out.write_text(json.dumps(figures, indent=1, default=str))
-    failed = [c.what for c in found if not c.ok and not c.target]
-    assert found, "the scenario ran no check"
-    assert not failed, f"{failed}; figures: {json.dumps(figures, default=str)[:3000]}"
-
-
-def test_every_malformed_record_is_dead_lettered_once_and_changes_no_table(
-    kafka: LocalKafka, tmp_path: Path
-) -> None:
-    figures = bad_input.run(kafka)
-    assert_checks(checks.bad_input(figures), figures, tmp_path / "bad_input.json")
-
-
-def test_the_api_answers_no_5xx_and_refuses_hostile_requests(
-    kafka: LocalKafka, tmp_path: Path
-) -> None:
-    figures = api_fuzz.run(kafka, cases=150)
-    assert_checks(checks.api_fuzz(figures, min_cases=150), figures, tmp_path / "api.json")
-
-
-def test_a_worker_with_a_lost_disk_restores_every_table_from_the_changelogs(
-    kafka: LocalKafka, tmp_path: Path
-) -> None:
-    figures = lost_disk.run(kafka, lines=600, events=200)
-    assert_checks(checks.lost_disk(figures), figures, tmp_path / "lost_disk.json")
 
 
 def test_kill9_under_load_never_under_counts_and_a_clean_stop_stays_exact(
