@@ -3,6 +3,8 @@ by process id, and the HTTP probes that wait for them."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -17,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import PARTITIONS, ROOT
+
+#: The project's faust app and the consumer group its workers form.
+PROJECT_APP = "app.main"
+PROJECT_GROUP = "streamstate"
 
 
 def peak_rss_from_status(status: str) -> int | None:
@@ -63,7 +69,7 @@ class Worker:
 
     broker_url: str
     datadir: Path
-    app: str = "app.main"
+    app: str = PROJECT_APP
     port: int = field(default_factory=free_port)
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
@@ -135,6 +141,18 @@ class Worker:
                 self.process.kill()
                 self.process.wait(10)
         self.process = None
+        if self.app == PROJECT_APP:
+            self.leave_group()
+
+    def leave_group(self) -> None:
+        """Remove the stopped project worker's static membership from its group. A static
+        member does not leave the group when it stops, and the next run's rewind of the
+        group's offsets would otherwise wait for its session to expire."""
+        from tables.faust_adapter import remove_static_members
+
+        bootstrap = self.broker_url.removeprefix("kafka://")
+        with contextlib.suppress(Exception):  # gone already, or the broker is down
+            asyncio.run(remove_static_members(bootstrap, PROJECT_GROUP, [self.url]))
 
     def kill9(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -75,11 +75,15 @@ def main(argv: list[str] | None = None) -> int:
             for name in batch:
                 results[name] = run_one(name, kafka, args.quick, load)
     ordered = {n: results[n] for n in SCENARIOS if n in results}
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for result in ordered.values():
+        result["measured"] = {"commit": machine["commit"], "at": now}
     if args.only:  # keep the other scenarios' latest results
         ordered = {**report.previous(), **ordered}
         ordered = {n: ordered[n] for n in SCENARIOS if n in ordered}
     run = {"seconds": round(time.monotonic() - started), "scenarios_run": names}
-    path = report.write(ordered, "quick" if args.quick else "full", machine, load, run)
+    mode = "quick" if args.quick else "full" if set(names) == set(SCENARIOS) else "partial"
+    path = report.write(ordered, mode, machine, load, run)
     print(f"chaos: wrote {path} and summary.json", file=sys.stderr)
     return 0 if all(r["verdict"] != "fail" for r in ordered.values()) else 1
 

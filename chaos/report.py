@@ -54,12 +54,26 @@ def machine() -> dict[str, Any]:
 def previous(directory: Path = RESULTS) -> dict[str, Any]:
     """The scenarios of the last summary.json, if there is one."""
     try:
-        scenarios: dict[str, Any] = json.loads((directory / "summary.json").read_text())[
-            "scenarios"
-        ]
-    except (OSError, ValueError, KeyError):
+        document = json.loads((directory / "summary.json").read_text())
+        scenarios: dict[str, Any] = document["scenarios"]
+        measured = {"commit": document["machine"]["commit"], "at": document["generated_at"]}
+    except (OSError, ValueError, KeyError, TypeError):
         return {}
+    for result in scenarios.values():
+        result.setdefault("measured", measured)
     return scenarios
+
+
+def earlier(document: dict[str, Any]) -> list[str]:
+    """The scenarios of ``document`` that an earlier run measured, as "name (commit c, at
+    time)": a partial run (``--only``) keeps the others' latest results."""
+    commit = document["machine"]["commit"]
+    return [
+        f"{name} (commit {result['measured']['commit']}, {result['measured']['at']})"
+        for name, result in document["scenarios"].items()
+        if result.get("measured", {}).get("commit", commit) != commit
+        or name not in document["run"].get("scenarios_run", [name])
+    ]
 
 
 def load_figures(level: LoadLevel, results: dict[str, Any]) -> dict[str, Any]:
@@ -135,6 +149,8 @@ def headline(document: dict[str, Any]) -> str:
     ]
     for result in document["scenarios"].values():
         lines.append(f"| {result['title']} | {result['verdict']} | {result['headline']} |")
+    if older := earlier(document):
+        lines += ["", f"Measured by earlier runs: {'; '.join(older)}."]
     return "\n".join(lines) + "\n"
 
 
@@ -155,6 +171,11 @@ def markdown(document: dict[str, Any]) -> str:
         f"{m['load_average_start']} at the start and {m['load_average_end']} at the end (the "
         "machine is shared); every process on loopback. Produced by `make chaos` "
         "(`python -m chaos`).",
+        *(
+            ["", f"A partial run: the results of {'; '.join(older)} come from earlier runs."]
+            if (older := earlier(document))
+            else []
+        ),
         "",
         *_load_section(document["load"]),
         "",

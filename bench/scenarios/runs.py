@@ -14,13 +14,12 @@ from typing import Any, TypeVar
 from bench import kstreams
 from bench.kafka import BenchKafka, create_project_topics, delete_topics, rewind_group
 from bench.kstreams import KStreamsApp
-from bench.procs import Worker
+from bench.procs import PROJECT_GROUP, Worker
 from bench.progress import Progress, watch_group
 from bench.stats import completion_rate, instant_rates, steady_rate
 from bench.tables import compare
 from core.topics import SETTLED_SALES, SOURCE_TOPICS, dlq_topic
 
-PROJECT_GROUP = "streamstate"
 MIB = 1024 * 1024
 T = TypeVar("T")
 

@@ -1,0 +1,57 @@
+"""The chaos report says which run measured each scenario."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from chaos import report
+
+
+def scenario(title: str, commit: str) -> dict[str, Any]:
+    at = "2026-11-26T00:00:00Z"
+    return {
+        "title": title,
+        "verdict": "pass",
+        "headline": "ok",
+        "measured": {"commit": commit, "at": at},
+    }
+
+
+def document(scenarios: dict[str, Any], ran: list[str], mode: str) -> dict[str, Any]:
+    return {
+        "generated_at": "2026-11-26T01:00:00Z",
+        "mode": mode,
+        "machine": {"commit": "new1234", "cpus": 2},
+        "load": {"lines_per_s": 10.0, "events_per_s": 5.0, "source": "test"},
+        "run": {"seconds": 120, "scenarios_run": ran},
+        "scenarios": scenarios,
+    }
+
+
+def test_a_partial_run_names_the_scenarios_an_earlier_run_measured() -> None:
+    doc = document(
+        {"kill": scenario("kill", "new1234"), "outage": scenario("outage", "old5678")},
+        ["kill"],
+        "partial",
+    )
+    assert report.earlier(doc) == ["outage (commit old5678, 2026-11-26T00:00:00Z)"]
+    text = report.headline(doc)
+    assert "(partial run," in text
+    assert "Measured by earlier runs: outage (commit old5678" in text
+
+
+def test_a_full_run_names_no_earlier_scenario() -> None:
+    doc = document({"kill": scenario("kill", "new1234")}, ["kill"], "full")
+    assert report.earlier(doc) == []
+    assert "earlier" not in report.headline(doc)
+
+
+def test_previous_results_keep_the_commit_that_measured_them(tmp_path: Path) -> None:
+    old = document({"outage": {"title": "outage", "verdict": "pass", "headline": "ok"}}, [], "full")
+    old["machine"]["commit"] = "old5678"
+    (tmp_path / "summary.json").write_text(json.dumps(old))
+    found = report.previous(tmp_path)
+    assert found["outage"]["measured"] == {"commit": "old5678", "at": "2026-11-26T01:00:00Z"}
+    assert report.previous(tmp_path / "missing") == {}
