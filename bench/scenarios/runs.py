@@ -215,6 +215,21 @@ def run_kstreams(
     return Measured(label, progress, app.peak_rss_bytes, tables, commit_ms=app.commit_ms)
 
 
+#: How many times a ceiling reads its topic: one read takes a second or two, and one
+#: sample that short moves by a third between runs on this machine.
+CEILING_RUNS = 3
+
+
+def median_run(run: Callable[[int], dict[str, Any]], runs: int = CEILING_RUNS) -> dict[str, Any]:
+    """Run a baseline ``runs`` times (``run(i)``) and return the run with the median
+    ``events_per_s``, with every run's rate under ``runs_events_per_s``."""
+    results = [run(i) for i in range(runs)]
+    ranked = sorted(results, key=lambda r: float(r["events_per_s"] or 0.0))
+    median = dict(ranked[len(ranked) // 2])
+    median["runs_events_per_s"] = [r["events_per_s"] for r in results]
+    return median
+
+
 def attempt(notes: list[str], what: str, step: Callable[[], T]) -> T | None:
     """Run one optional step; a failure becomes a note and None."""
     try:

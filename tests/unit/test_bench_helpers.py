@@ -7,6 +7,7 @@ import pytest
 from bench import report
 from bench.progress import processed
 from bench.scenarios.restore import restores_in
+from bench.scenarios.runs import median_run
 from bench.stats import completion_rate, instant_rates, percentile, percentiles, ratio, steady_rate
 
 
@@ -122,3 +123,11 @@ def test_table_holds_both_scenarios_against_kafka_streams_in_the_same_run() -> N
     assert "| inventory | tables equal to Kafka Streams' | no | yes |  | **no** |" in table
     assert "| inventory | Kafka Streams, exactly_once_v2 | n/a |  |  |  |" in table
     assert summary["inventory"]["peak_rss_mib"] is None
+
+
+def test_a_ceiling_is_its_median_run_with_every_run_kept() -> None:
+    rates = [150_000.0, 225_000.0, 180_000.0]
+    found = median_run(lambda i: {"events_per_s": rates[i], "run": i}, runs=3)
+    assert found["run"] == 2
+    assert found["events_per_s"] == 180_000.0
+    assert found["runs_events_per_s"] == rates
