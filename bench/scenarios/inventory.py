@@ -11,12 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from bench import data, kstreams
 from bench.config import Sizes
 from bench.kafka import BenchKafka, create_project_topics, produce
-from bench.procs import run_module
 from bench.scenarios import Outcome, runs
 from bench.scenarios.runs import Measured
 from bench.stats import instant_rates
@@ -52,23 +49,13 @@ def preload(kafka: BenchKafka, events: int) -> tuple[float, int]:
 
 
 def run_ceiling(kafka: BenchKafka, work: Path) -> dict[str, Any]:
-    """The consume+parse ceiling: the median of ``runs.CEILING_RUNS`` reads."""
-
-    def once(i: int) -> dict[str, Any]:
-        status, out, _ = run_module(
-            "bench.baselines.aiokafka_parse",
-            ["--bootstrap", kafka.bootstrap, "--topic", ITEM_EVENTS],
-            timeout=900,
-            log=work / f"ceiling-{i}.log",
-        )
-        if status != 0:
-            raise RuntimeError(
-                f"consume+parse ceiling exited {status}; see {work / f'ceiling-{i}.log'}"
-            )
-        result: dict[str, Any] = orjson.loads(out.strip().splitlines()[-1])
-        return result
-
-    return runs.median_run(once)
+    return runs.run_ceiling(
+        "bench.baselines.aiokafka_parse",
+        kafka.bootstrap,
+        ITEM_EVENTS,
+        work,
+        "the consume+parse ceiling",
+    )
 
 
 def project_run(kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str) -> Measured:

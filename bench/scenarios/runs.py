@@ -11,10 +11,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
+
 from bench import kstreams
 from bench.kafka import BenchKafka, create_project_topics, delete_topics, rewind_group
 from bench.kstreams import KStreamsApp
-from bench.procs import PROJECT_GROUP, Worker
+from bench.procs import PROJECT_GROUP, Worker, run_module
 from bench.progress import Progress, watch_group
 from bench.stats import completion_rate, instant_rates, steady_rate
 from bench.tables import compare
@@ -218,6 +220,23 @@ def run_kstreams(
 #: How many times a ceiling reads its topic: one read takes a second or two, and one
 #: sample that short moves by a third between runs on this machine.
 CEILING_RUNS = 3
+
+
+def run_ceiling(module: str, bootstrap: str, topic: str, work: Path, what: str) -> dict[str, Any]:
+    """A ceiling baseline (``python -m module``) over ``topic``: its median read of
+    ``CEILING_RUNS``, each read's output in ``work/ceiling-<i>.log``."""
+
+    def once(i: int) -> dict[str, Any]:
+        log = work / f"ceiling-{i}.log"
+        status, out, _ = run_module(
+            module, ["--bootstrap", bootstrap, "--topic", topic], timeout=900, log=log
+        )
+        if status != 0:
+            raise RuntimeError(f"{what} exited {status}; see {log}")
+        result: dict[str, Any] = orjson.loads(out.strip().splitlines()[-1])
+        return result
+
+    return median_run(once)
 
 
 def median_run(run: Callable[[int], dict[str, Any]], runs: int = CEILING_RUNS) -> dict[str, Any]:

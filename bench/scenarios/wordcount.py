@@ -10,13 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from bench import data, kstreams
 from bench.baselines import faust_wordcount
 from bench.config import Sizes
 from bench.kafka import BenchKafka, create_project_topics, produce, truncate
-from bench.procs import Worker, run_module
+from bench.procs import Worker
 from bench.progress import Progress, watch_group
 from bench.scenarios import Outcome, runs
 from bench.scenarios.runs import Measured
@@ -38,21 +36,13 @@ def preload(kafka: BenchKafka, lines: int) -> float:
 
 
 def run_ceiling(kafka: BenchKafka, work: Path) -> dict[str, Any]:
-    """The aiokafka ceiling: the median of ``runs.CEILING_RUNS`` reads."""
-
-    def once(i: int) -> dict[str, Any]:
-        status, out, _ = run_module(
-            "bench.baselines.aiokafka_wordcount",
-            ["--bootstrap", kafka.bootstrap, "--topic", TEXT_LINES],
-            timeout=900,
-            log=work / f"ceiling-{i}.log",
-        )
-        if status != 0:
-            raise RuntimeError(f"aiokafka ceiling exited {status}; see {work / f'ceiling-{i}.log'}")
-        result: dict[str, Any] = orjson.loads(out.strip().splitlines()[-1])
-        return result
-
-    return runs.median_run(once)
+    return runs.run_ceiling(
+        "bench.baselines.aiokafka_wordcount",
+        kafka.bootstrap,
+        TEXT_LINES,
+        work,
+        "the aiokafka ceiling",
+    )
 
 
 def run_worker(
