@@ -138,10 +138,16 @@ def write(
 def headline(document: dict[str, Any]) -> str:
     """The README's reliability table: each scenario's verdict and headline."""
     m, load = document["machine"], document["load"]
+    older = earlier(document)
+    n = len(older)
+    kept = (
+        f"; {n} scenario{'s' * (n != 1)} from earlier runs, as "
+        "[docs/reliability.md](docs/reliability.md) says"
+    ) * bool(n)
     lines = [
         f"`make chaos` at commit `{m['commit']}` ({document['mode']} run, "
         f"{document['generated_at']}, {m['cpus']} cores, {document['run']['seconds'] // 60} "
-        f"min), offering {load['lines_per_s']:,.0f} text lines/s and "
+        f"min{kept}), offering {load['lines_per_s']:,.0f} text lines/s and "
         f"{load['events_per_s']:,.0f} item events/s ({load['source']}):",
         "",
         "| fault | verdict | what happened |",
@@ -149,8 +155,6 @@ def headline(document: dict[str, Any]) -> str:
     ]
     for result in document["scenarios"].values():
         lines.append(f"| {result['title']} | {result['verdict']} | {result['headline']} |")
-    if older := earlier(document):
-        lines += ["", f"Measured by earlier runs: {'; '.join(older)}."]
     return "\n".join(lines) + "\n"
 
 

@@ -39,7 +39,7 @@ def test_a_partial_run_names_the_scenarios_an_earlier_run_measured() -> None:
     assert report.earlier(doc) == ["outage (commit old5678, 2026-11-26T00:00:00Z)"]
     text = report.headline(doc)
     assert "(partial run," in text
-    assert "Measured by earlier runs: outage (commit old5678" in text
+    assert "; 1 scenario from earlier runs" in text
 
 
 def test_a_full_run_names_no_earlier_scenario() -> None:
