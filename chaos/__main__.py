@@ -75,9 +75,6 @@ def main(argv: list[str] | None = None) -> int:
             for name in batch:
                 results[name] = run_one(name, kafka, args.quick, load)
     ordered = {n: results[n] for n in SCENARIOS if n in results}
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    for result in ordered.values():
-        result["measured"] = {"commit": machine["commit"], "at": now}
     if args.only:  # keep the other scenarios' latest results
         ordered = {**report.previous(), **ordered}
         ordered = {n: ordered[n] for n in SCENARIOS if n in ordered}

@@ -67,12 +67,11 @@ def previous(directory: Path = RESULTS) -> dict[str, Any]:
 def earlier(document: dict[str, Any]) -> list[str]:
     """The scenarios of ``document`` that an earlier run measured, as "name (commit c, at
     time)": a partial run (``--only``) keeps the others' latest results."""
-    commit = document["machine"]["commit"]
+    ran = set(document["run"]["scenarios_run"])
     return [
         f"{name} (commit {result['measured']['commit']}, {result['measured']['at']})"
         for name, result in document["scenarios"].items()
-        if result.get("measured", {}).get("commit", commit) != commit
-        or name not in document["run"].get("scenarios_run", [name])
+        if name not in ran
     ]
 
 
@@ -114,10 +113,14 @@ def write(
     run: dict[str, Any],
     directory: Path = RESULTS,
 ) -> Path:
-    """Write both files; return the path of summary.md."""
+    """Write both files; return the path of summary.md. The scenarios this run ran
+    (``run["scenarios_run"]``) are marked as measured by it."""
     directory.mkdir(parents=True, exist_ok=True)
+    generated_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for name in run["scenarios_run"]:
+        results[name]["measured"] = {"commit": machine_figures["commit"], "at": generated_at}
     document = {
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "generated_at": generated_at,
         "mode": mode,
         "machine": {
             **machine_figures,

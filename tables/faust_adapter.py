@@ -545,8 +545,8 @@ class StandbyFlusher(Service):
 
     faust buffers 1,000 standby updates per partition before it writes them: without
     this a standby could serve minutes-old values. (A service of its own rather than
-    ``app.timer``, which walks every imported module at declaration: a tenth of a second
-    of every start-up.)
+    ``app.timer``, which walks every imported module when it is declared: 25 ms of every
+    start-up on an idle machine.)
     """
 
     def __init__(self, app: Any, engine: Engine, interval: float, **kwargs: Any) -> None:

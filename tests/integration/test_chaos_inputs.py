@@ -9,24 +9,19 @@ test_chaos_suite.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from chaos import checks
-from chaos.env import cluster
 from chaos.scenarios import api_fuzz, bad_input, lost_disk
-from tests.support.checks import assert_checks
+from tests.support.chaos import assert_checks, module_kafka
 from tests.support.kafka import LocalKafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 
-@pytest.fixture(scope="module")
-def kafka() -> Iterator[LocalKafka]:
-    with cluster("ci-inputs") as running:
-        yield running
+kafka = module_kafka("ci-inputs")
 
 
 def test_every_malformed_record_is_dead_lettered_once_and_changes_no_table(

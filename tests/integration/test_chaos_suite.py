@@ -10,26 +10,21 @@ benchmark's throughput.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from chaos import checks
-from chaos.env import cluster
 from chaos.load import CI_LEVEL
 from chaos.scenarios import broker_outage, disk, kill_worker
 from chaos.suite import kill_plan
-from tests.support.checks import assert_checks
+from tests.support.chaos import assert_checks, module_kafka
 from tests.support.kafka import LocalKafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.timeout(900)]
 
 
-@pytest.fixture(scope="module")
-def kafka() -> Iterator[LocalKafka]:
-    with cluster("ci") as running:
-        yield running
+kafka = module_kafka("ci")
 
 
 def test_kill9_under_load_never_under_counts_and_a_clean_stop_stays_exact(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import report
+from chaos.load import LoadLevel
 
 
 def scenario(title: str, commit: str) -> dict[str, Any]:
@@ -55,3 +56,28 @@ def test_previous_results_keep_the_commit_that_measured_them(tmp_path: Path) -> 
     found = report.previous(tmp_path)
     assert found["outage"]["measured"] == {"commit": "old5678", "at": "2026-11-26T01:00:00Z"}
     assert report.previous(tmp_path / "missing") == {}
+
+
+def test_a_partial_run_marks_what_it_ran_and_keeps_the_rest(tmp_path: Path) -> None:
+    def result(title: str) -> dict[str, Any]:
+        return {"title": title, "verdict": "pass", "headline": "ok", "how": "how", "checks": []}
+
+    old = result("outage")
+    old["measured"] = {"commit": "old5678", "at": "2026-11-26T00:00:00Z"}
+    machine = {
+        "commit": "new1234",
+        "uncommitted_changes": [],
+        "cpus": 2,
+        "cpu_model": "cpu",
+        "memory_gib": 1,
+        "load_average_start": [0.0, 0.0, 0.0],
+    }
+    run = {"seconds": 60, "scenarios_run": ["kill"]}
+    level = LoadLevel(10.0, 5.0, "test")
+    report.write({"kill": result("kill"), "outage": old}, "partial", machine, level, run, tmp_path)
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["scenarios"]["kill"]["measured"]["commit"] == "new1234"
+    assert written["scenarios"]["outage"]["measured"]["commit"] == "old5678"
+    text = (tmp_path / "summary.md").read_text()
+    assert "(partial run, 60 s)" in text
+    assert "A partial run: the results of outage (commit old5678" in text
