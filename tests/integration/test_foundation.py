@@ -68,6 +68,22 @@ def test_local_kafka_produces_consumes_and_keeps_topic_configs(kafka: LocalKafka
     asyncio.run(_round_trip_with_a_compacted_topic(kafka.bootstrap))
 
 
+async def _topic_configs(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
+    """The topic's configs once the broker that answers knows the topic: a describe just
+    after the create may reach it first and answer UNKNOWN_TOPIC_OR_PARTITION (3)."""
+    resource = ConfigResource(ConfigResourceType.TOPIC, topic)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 15.0
+    while True:
+        described = await admin.describe_configs([resource])
+        error_code, message, _, _, entries = described[0].resources[0][:5]
+        if error_code == 0:
+            return {entry[0]: entry[1] for entry in entries}
+        if loop.time() > deadline:
+            raise AssertionError(f"describe_configs({topic}): error {error_code} {message}")
+        await asyncio.sleep(0.2)
+
+
 async def _round_trip_with_a_compacted_topic(bootstrap: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
@@ -75,12 +91,7 @@ async def _round_trip_with_a_compacted_topic(bootstrap: str) -> None:
         await admin.create_topics(
             [NewTopic("foundation-compacted", 3, 1, topic_configs={"cleanup.policy": "compact"})]
         )
-        described = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, "foundation-compacted")]
-        )
-        configs = {
-            entry[0]: entry[1] for response in described for entry in response.resources[0][4]
-        }
+        configs = await _topic_configs(admin, "foundation-compacted")
         assert configs["cleanup.policy"] == "compact"
     finally:
         await admin.close()
