@@ -1,8 +1,9 @@
 """The group's progress over time: committed offsets against end offsets, once a second.
 
 A :class:`LagMonitor` runs in its own thread with its own clients. From its samples come
-the processed rates (committed offsets moving), the lag (end minus committed, summed over
-every topic the group reads) and the moment the group has caught up (lag 0 everywhere).
+the processed rates (committed offsets moving), the lag (end minus committed per
+partition, summed over every topic the group reads) and the moment the group has caught
+up (lag 0 everywhere).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,14 +35,34 @@ INPUTS = SOURCES + REPARTITIONS
 
 @dataclass(frozen=True)
 class Sample:
-    """One observation: per topic, the sum of the end and of the committed offsets."""
+    """One observation, per topic: the sum of the end offsets, of the committed offsets,
+    and of each partition's lag (its end minus its committed offset, at least 0)."""
 
     at: float
     ends: dict[str, int]
     committed: dict[str, int]
+    lags: dict[str, int]
 
     def lag(self, topics: tuple[str, ...] = INPUTS) -> int:
-        return sum(max(0, self.ends.get(t, 0) - self.committed.get(t, 0)) for t in topics)
+        return sum(self.lags.get(t, 0) for t in topics)
+
+
+def sample_of(
+    at: float, ends: Mapping[tuple[str, int], int], committed: Mapping[tuple[str, int], int]
+) -> Sample:
+    """A sample from per-partition offsets. The lag is counted per partition: a partition
+    whose committed offset has passed the end read for it must not hide another one's
+    lag, as sums per topic would."""
+    end_sums: dict[str, int] = {}
+    lags: dict[str, int] = {}
+    for (topic, partition), end in ends.items():
+        end_sums[topic] = end_sums.get(topic, 0) + end
+        behind = max(0, end - committed.get((topic, partition), 0))
+        lags[topic] = lags.get(topic, 0) + behind
+    committed_sums: dict[str, int] = {}
+    for (topic, _partition), offset in committed.items():
+        committed_sums[topic] = committed_sums.get(topic, 0) + offset
+    return Sample(at, end_sums, committed_sums, lags)
 
 
 class LagMonitor:
@@ -119,15 +140,14 @@ class LagMonitor:
         at = time.monotonic()
         if {tp.topic for tp in consumer.assignment()} != set(INPUTS):
             consumer.assign(await self._partitions())  # the workers create some later
-        ends = await consumer.end_offsets(list(consumer.assignment()))
+        # The committed offsets first, then the ends: a partition counts as caught up
+        # only if what it had committed reached an end read after it. Read the other way
+        # round, a source partition could commit (with the records its cycle sent to a
+        # repartition topic) after the ends were read, and those records would be
+        # missing from the ends: caught up too early.
         committed = await committed_offsets(admin, GROUP)
-        end_sums: dict[str, int] = {}
-        for tp, end in ends.items():
-            end_sums[tp.topic] = end_sums.get(tp.topic, 0) + end
-        committed_sums: dict[str, int] = {}
-        for (topic, _partition), offset in committed.items():
-            committed_sums[topic] = committed_sums.get(topic, 0) + offset
-        return Sample(at, end_sums, committed_sums)
+        ends = await consumer.end_offsets(list(consumer.assignment()))
+        return sample_of(at, {(tp.topic, tp.partition): e for tp, e in ends.items()}, committed)
 
     # -- reading the samples ----------------------------------------------------------
 
