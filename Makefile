@@ -58,8 +58,8 @@ tools:
 
 # make test runs the test modules in TEST_PROCESSES processes (pytest-xdist), a module
 # with its fixtures (brokers, workers, Spark) in one process; each process takes its own
-# ports (tests/support/kafka.py). The tests marked `alone` (faults timed under load) run
-# after the rest, with the machine to themselves.
+# ports (tests/support/kafka.py), the slowest modules first (tests/conftest.py). The tests
+# marked `alone` (faults timed under load) run after the rest, with the machine to themselves.
 # The lint and the Kafka Streams baseline's tests run side by side first (mvn may be absent:
 # then the baseline's tests are skipped, with a line that says so).
 TEST_PROCESSES ?= 2
@@ -67,7 +67,8 @@ CHECKS = lint $(if $(shell command -v mvn 2>/dev/null),kstreams-test)
 test: bytecode kafka-jars spark-jars tools
 	$(if $(filter kstreams-test,$(CHECKS)),,@echo "mvn not on PATH: the Kafka Streams baseline's tests are skipped")
 	$(MAKE) --output-sync=target -j2 $(CHECKS)
-	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile -m "not alone" --durations=20
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder -m "not alone" \
+	    --durations=20
 	$(VENV)/bin/pytest -m alone --durations=10
 
 # The Kafka Streams baseline of the benchmarks (bench/baselines/kstreams/): its topologies'
