@@ -136,6 +136,10 @@ def create_app(settings: Settings) -> StreamstateApp:
         "consumer_max_fetch_size": 4 * 1024 * 1024,
         "consumer_auto_offset_reset": "earliest",
         "autodiscover": False,
+        # Every topic is created once, at start, by ensure_topics (on_first_start above);
+        # faust would otherwise ask the broker again for each of its own topics, one by
+        # one, before the worker joins its group.
+        "topic_allow_declare": False,
         "web_enabled": True,
         "TableManager": "tables.faust_adapter:StreamstateTableManager",
     }
