@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -17,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiokafka.admin import AIOKafkaAdminClient
+
 from tests.support.kafka import ROOT, WORKER, LocalKafka
-from tests.support.workers import Worker
+from tests.support.workers import Worker, stop_workers
 
 #: Kafka client ports of the chaos suite, below Linux's ephemeral range (32768-60999):
 #: workers keep reconnecting to a stopped broker, and a reconnect to a port in that range
@@ -47,10 +50,31 @@ def cluster(name: str, brokers: int = 1) -> Iterator[LocalKafka]:
 
 
 def reset(kafka: LocalKafka) -> None:
-    """Stop the cluster, delete its data and start it again: every topic is gone."""
+    """Stop the cluster, delete its data and start it again: every topic is gone. A
+    running cluster that holds no topic at all (not even the group offsets' topic) is
+    fresh already, and is kept as it is."""
+    if kafka.pids() and _topics(kafka.bootstrap) == []:
+        return
     kafka.down()
     shutil.rmtree(kafka.directory, ignore_errors=True)
     start(kafka)
+
+
+def _topics(bootstrap: str) -> list[str] | None:
+    """Every topic of the cluster, internal ones included; None when it does not answer."""
+
+    async def listed() -> list[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+        await admin.start()
+        try:
+            return list(await admin.list_topics())
+        finally:
+            await admin.close()
+
+    try:
+        return asyncio.run(asyncio.wait_for(listed(), 10.0))
+    except Exception:  # not answering: the caller starts it afresh
+        return None
 
 
 def start(kafka: LocalKafka, attempts: int = 4, timeout: float = 60.0) -> None:
@@ -140,8 +164,7 @@ class Group:
         return worker
 
     def stop_all(self) -> None:
-        for worker in self.workers:
-            worker.stop()
+        stop_workers(self.workers)
 
 
 @contextmanager

@@ -24,7 +24,7 @@ from core.semantics import tokenize
 from core.topics import partition_for
 from tests.support.kafka import TEST_PORT, LocalKafka, local_kafka
 from tests.support.kafka_io import changelog_state, produce, wait_for
-from tests.support.workers import Worker
+from tests.support.workers import Worker, stop_workers
 
 pytestmark = pytest.mark.integration
 
@@ -88,8 +88,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 worker.wait_ready(180)
             yield load(kafka, workers)
         finally:
-            for worker in workers:
-                worker.stop()
+            stop_workers(workers)
 
 
 def load(kafka: LocalKafka, workers: list[Worker]) -> Cluster:

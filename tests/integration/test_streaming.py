@@ -31,7 +31,7 @@ from tests.support.kafka_io import (
     wait_equal,
     wait_for,
 )
-from tests.support.workers import Worker
+from tests.support.workers import Worker, stop_workers
 
 pytestmark = pytest.mark.integration
 
@@ -425,5 +425,4 @@ def test_three_workers_share_the_work_and_every_one_enriches_from_the_catalogue(
             assert "catalog: caught up" in worker.log_text()
             no_agent_crashed(worker)
     finally:
-        for worker in workers:
-            worker.stop()
+        stop_workers(workers)

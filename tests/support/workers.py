@@ -11,6 +11,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,17 +119,26 @@ class Worker:
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop gracefully (SIGTERM), by process id; kill if it hangs. False when it had
         to be killed."""
+        self.terminate()
+        return self.wait_stopped(timeout)
+
+    def terminate(self) -> None:
+        """Send SIGTERM, by process id, if the process runs."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, timeout: float = 30.0) -> bool:
+        """Wait for a terminated process to end; kill it if it hangs. False when it had
+        to be killed."""
         if self.process is None:
             return True
         stopped = True
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-                stopped = False
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+            stopped = False
         self.process = None
         return stopped
 
@@ -137,3 +147,12 @@ class Worker:
             self.process.kill()
             self.process.wait(10)
         self.process = None
+
+
+def stop_workers(workers: Iterable[Worker], timeout: float = 30.0) -> list[Worker]:
+    """Stop every worker at once: SIGTERM to each, then wait for each (one after the
+    other, each stop takes a second or two). The ones that had to be killed."""
+    running = list(workers)
+    for worker in running:
+        worker.terminate()
+    return [worker for worker in running if not worker.wait_stopped(timeout)]
