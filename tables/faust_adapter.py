@@ -688,6 +688,11 @@ class TrackedRecovery(Recovery):
     bulk_max_records = 20_000
     #: Share of ``broker_request_timeout`` (faust's limit on this step) the bulk read may use.
     bulk_budget_share = 0.6
+    #: How long one fetch of the bulk consumer waits for records, in ms. A partition whose
+    #: tail is a transaction marker (every changelog written under exactly_once) yields no
+    #: record: only its position moves past the marker, which the loop checks after each
+    #: wait. A long wait would hold every restore up by that much.
+    bulk_poll_ms = 50
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -869,7 +874,9 @@ class TrackedRecovery(Recovery):
                 if time.monotonic() - started > budget:
                     logger.info("bulk restore stopped at its %.0f s budget", budget)
                     return
-                fetched = await consumer.getmany(timeout_ms=500, max_records=self.bulk_max_records)
+                fetched = await consumer.getmany(
+                    timeout_ms=self.bulk_poll_ms, max_records=self.bulk_max_records
+                )
                 for ktp, records in fetched.items():
                     entry = remaining.get(ktp)
                     if entry is None:
