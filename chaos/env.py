@@ -21,6 +21,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.support.kafka import ROOT, WORKER, LocalKafka
+from tests.support.kafka_io import list_topics
 from tests.support.workers import Worker, stop_workers
 
 #: Kafka client ports of the chaos suite, below Linux's ephemeral range (32768-60999):
@@ -62,17 +63,8 @@ def reset(kafka: LocalKafka) -> None:
 
 def _topics(bootstrap: str) -> list[str] | None:
     """Every topic of the cluster, internal ones included; None when it does not answer."""
-
-    async def listed() -> list[str]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-        await admin.start()
-        try:
-            return list(await admin.list_topics())
-        finally:
-            await admin.close()
-
     try:
-        return asyncio.run(asyncio.wait_for(listed(), 10.0))
+        return asyncio.run(asyncio.wait_for(list_topics(bootstrap, request_timeout_ms=5000), 10.0))
     except Exception:  # not answering: the caller starts it afresh
         return None
 
@@ -338,9 +330,6 @@ class Trap:
 
 def replication(bootstrap: str, topics: list[str]) -> dict[str, int]:
     """The smallest replica count over each topic's partitions."""
-    import asyncio
-
-    from aiokafka.admin import AIOKafkaAdminClient
 
     async def describe() -> dict[str, int]:
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)

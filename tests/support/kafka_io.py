@@ -123,8 +123,9 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 10.0) -> list[Record
     return asyncio.run(_read(bootstrap, topic, timeout))
 
 
-async def _list_topics(bootstrap: str) -> list[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+async def list_topics(bootstrap: str, request_timeout_ms: int = 40_000) -> list[str]:
+    """Every topic of the cluster, internal ones included, sorted."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=request_timeout_ms)
     await admin.start()
     try:
         return sorted(await admin.list_topics())
@@ -136,7 +137,7 @@ def changelog_records(bootstrap: str) -> int:
     """How many committed records all the app's changelog topics hold."""
     topics = [
         t
-        for t in asyncio.run(_list_topics(bootstrap))
+        for t in asyncio.run(list_topics(bootstrap))
         if t.startswith("streamstate-") and t.endswith("-changelog")
     ]
     return sum(len(read_topic(bootstrap, topic)) for topic in topics)
