@@ -142,6 +142,7 @@ def create_app(settings: Settings) -> StreamstateApp:
         "topic_allow_declare": False,
         "web_enabled": True,
         "TableManager": "tables.faust_adapter:StreamstateTableManager",
+        "Table": "tables.faust_adapter:EngineTable",
     }
     app = StreamstateApp(APP_ID, **options)
     # The engine runs the transactions itself under exactly_once (tables/engine.py), so

@@ -31,7 +31,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from functools import cached_property
 from importlib.metadata import version
 from typing import Any
@@ -98,6 +98,14 @@ def check_versions(found: Mapping[str, str] | None = None) -> None:
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     read_committed = False
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Per partition, how often the recovery has sought it (counted on this thread).
+        self.seeks: Counter[Any] = Counter()
+        #: Per partition of the last fetch, its :func:`fetch_mark` when its records were
+        #: handed out. Set on this thread, where the seeks run too.
+        self.fetched_marks: dict[Any, FetchMark] = {}
+
     def verify_event_path(self, now: float, tp: Any) -> None:
         """faust's stall detector, for the changelogs only: it judges a partition by
         faust's own streams and acks, which the engine's source records never pass
@@ -106,6 +114,24 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         if engine is not None and tp.topic in engine.topics:
             return None
         return super().verify_event_path(now, tp)
+
+    async def _seek_wait(self, consumer: AIOKafkaConsumer, partitions: Mapping[Any, int]) -> None:
+        for tp in partitions:
+            self.seeks[tp] += 1
+        await super()._seek_wait(consumer, partitions)
+
+    async def _fetch_records(
+        self,
+        consumer: AIOKafkaConsumer,
+        active_partitions: Any,
+        timeout: float | None = None,  # noqa: ASYNC109 (faust's signature)
+        max_records: int | None = None,
+    ) -> Any:
+        records = await super()._fetch_records(
+            consumer, active_partitions, timeout=timeout, max_records=max_records
+        )
+        self.fetched_marks = {tp: fetch_mark(self, tp) for tp in records or ()}
+        return records
 
     async def on_thread_stop(self) -> None:
         try:
@@ -165,6 +191,20 @@ def consumer_position(consumer: Any, tp: Any) -> int | None:
         return int(state.position) if state.has_valid_position else None
     except (AttributeError, TypeError):
         return None
+
+
+#: Which stretch of a partition's records a fetch belongs to: the consumer's state of the
+#: partition (new at each assignment) and the number of seeks the recovery made on it.
+FetchMark = tuple[Any, int]
+
+
+def fetch_mark(thread: Any, tp: Any) -> FetchMark:
+    """The current :data:`FetchMark` of ``tp`` on a worker's consumer thread."""
+    try:
+        state = thread._consumer._subscription.subscription.assignment.state_value(tp)
+    except AttributeError:
+        state = None
+    return (state, thread.seeks[tp])
 
 
 def _position(app: faust.App, tp: Any) -> int | None:
@@ -345,15 +385,17 @@ async def _drain(app: Any, fetcher: Service) -> None:
                 return
             if not records or consumer.should_stop:
                 continue
+            marks = consumer._thread.fetched_marks
             sources = {}
             for tp, batch in records.items():
                 if tp.topic in engine.topics:
                     sources[tp] = batch
                     continue
+                mark = marks.get(tp)
                 for record in batch:
-                    if not consumer.flow_active or app.consumer_generation_id != generation:
-                        break  # a rebalance seeks every changelog partition again
-                    await callback(consumer._to_message(tp, record))
+                    message = consumer._to_message(tp, record)
+                    message.fetched_at = mark  # checked when recovery takes it: tracked_only
+                    await callback(message)
             if not sources:
                 continue
             # Fetched during a rebalance (faust resumes the source partitions before it
@@ -578,6 +620,40 @@ async def on_partitions_revoked(engine: Engine) -> None:
 # -- tables ---------------------------------------------------------------------------
 
 
+class EngineTable(faust.Table[Any, Any]):
+    """faust's Table whose recovery and standbys never write a changelog record that
+    the partition's database already holds.
+
+    faust buffers the changelog records it restores or copies to a standby, and writes
+    a buffer later: when it is full, on a timer, at a rebalance. Meanwhile the
+    partition's database may have moved past them: the bulk restore writes the
+    partition's tail, or the engine, now active here, writes its own cycles. Written
+    then, the older records would put back values and keys the database has already
+    replaced or deleted, and take its persisted offset back. So a record at or below
+    the offset the database holds is not written again.
+    """
+
+    def apply_changelog_batch(self, batch: Iterable[Any]) -> None:
+        fresh = newer_than_stored(self.data, batch)
+        if fresh:
+            super().apply_changelog_batch(fresh)
+
+
+def newer_than_stored(store: Any, batch: Iterable[Any]) -> list[Any]:
+    """The changelog events of ``batch`` past the offset their partition's database
+    holds (faust's ``persisted_offset``), in order."""
+    held: dict[Any, int] = {}
+    fresh = []
+    for event in batch:
+        tp = event.message.tp
+        if tp not in held:
+            offset = store.persisted_offset(tp)
+            held[tp] = -1 if offset is None else int(offset)
+        if event.message.offset > held[tp]:
+            fresh.append(event)
+    return fresh
+
+
 class _RocksPartition:
     """One partition database of a faust RocksDB table, internal keys hidden."""
 
@@ -705,6 +781,8 @@ class TrackedRecovery(Recovery):
         self._ends_lock = asyncio.Lock()
         #: changelog records of partitions no longer restored here, skipped (tracked_only)
         self.untracked_records = 0
+        #: changelog records fetched before their partition was sought again, skipped
+        self.stale_records = 0
 
     async def on_start(self) -> None:
         await super().on_start()
@@ -753,7 +831,7 @@ class TrackedRecovery(Recovery):
                 sum(max(0, v + 1) for tp, v in destination.items() if tp in tps),
             )
         if title == "active" and tps:
-            await self._bulk_restore(destination)
+            await self._bulk_restore(destination, starts)
 
     async def _build_highwaters(
         self, consumer: Any, tps: Any, destination: Any, title: str
@@ -847,10 +925,23 @@ class TrackedRecovery(Recovery):
                 tables[tp] = table
         return tables
 
-    async def _bulk_restore(self, offsets: MutableMapping[Any, Any]) -> None:
+    async def _bulk_restore(
+        self, offsets: MutableMapping[Any, Any], log_starts: Mapping[KafkaTP, int] | None
+    ) -> None:
+        """Read the active partitions' tails in bulk, from the offset each partition's
+        database holds (or the log start, if later): ``offsets`` may be ahead of it by
+        records faust has buffered but not written, which :class:`EngineTable` then
+        leaves out, as the bulk read writes them first."""
         tables = self._bulk_tables()
         highwaters = {tp: self.active_highwaters.get(tp) for tp in tables}
-        plan = bulk_plan({tp: offsets.get(tp) for tp in tables}, highwaters, 1)
+        starts = {}
+        for tp, table in tables.items():
+            held = persisted_offset(table, tp)
+            start = None if log_starts is None else log_starts.get(KafkaTP(tp.topic, tp.partition))
+            first = max(-1 if held is None else held, -1 if start is None else start - 1)
+            starts[tp] = first
+            offsets[tp] = first
+        plan = bulk_plan(starts, highwaters, 1)
         if not plan:
             return
         budget = float(self.app.conf.broker_request_timeout) * self.bulk_budget_share
@@ -941,13 +1032,15 @@ class TrackedRecovery(Recovery):
         rate = self._records_now / elapsed if elapsed > 0 else 0.0
         logger.info(
             "restore %d done: %d changelog records in %.3f s (%.0f records/s) for %d "
-            "partitions; %d records of partitions not restored here skipped so far",
+            "partitions; skipped so far: %d records of partitions not restored here, %d "
+            "fetched before a seek",
             stats.restores,
             self._records_now,
             elapsed,
             rate,
             len(self.active_tps),
             self.untracked_records,
+            self.stale_records,
         )
 
 
@@ -971,31 +1064,56 @@ class StreamstateTableManager(TableManager):
 
     @property
     def changelog_queue(self) -> Any:
-        """faust's queue of changelog records for recovery, handing out only records of
-        partitions the recovery tracks (see :func:`tracked_only`)."""
+        """The queue of changelog records for recovery, handing out only the records it
+        may apply (see :func:`tracked_only`).
+
+        Unlike faust's, it is not emptied when the flow resumes after a rebalance: the
+        records fetched after the emptying, before the recovery seeks again, would then
+        follow a gap, and applied they would make the recovery skip it. Records fetched
+        before a seek are left out one by one instead, by their fetch mark.
+        """
         if self._changelog_queue is None:
-            tracked_only(super().changelog_queue, self.recovery)
+            queue = self.app.FlowControlQueue(
+                maxsize=self.app.conf.stream_buffer_maxsize, clear_on_resume=False
+            )
+            consumer: Any = self.app.consumer
+            tracked_only(queue, self.recovery, lambda tp: fetch_mark(consumer._thread, tp))
+            self._changelog_queue = queue
         return self._changelog_queue
 
 
-def tracked_only(queue: Any, recovery: Any) -> None:
-    """Make ``queue.get`` skip changelog records of partitions that ``recovery`` tracks
-    neither as active nor as standby (records fetched before a rebalance took them away).
+def tracked_only(
+    queue: Any, recovery: Any, current_mark: Callable[[Any], FetchMark] | None = None
+) -> None:
+    """Make ``queue.get`` skip the changelog records that ``recovery`` must not apply:
 
-    faust's recovery loop only warns about such a record ("recovery unknown topic") and
-    then applies it with the previous record's table and offsets: another table's
-    partition gets its key and value, and that table's restore may skip a record.
+    * records of partitions it tracks neither as active nor as standby (fetched before a
+      rebalance took them away). faust's recovery loop only warns about such a record
+      ("recovery unknown topic") and then applies it with the previous record's table
+      and offsets: another table's partition gets its key and value.
+    * records fetched before the recovery sought their partition again, or before it
+      was assigned anew (their :func:`fetch_mark` is not the partition's
+      ``current_mark``). The recovery reads them again from where it sought, which is
+      what it has applied. Applied, an old record would move its count of records seen
+      past the records between, and those would never be applied: the copy would miss
+      them for good.
     """
     get = queue.get
 
     async def get_tracked() -> Any:
         while True:
             event = await get()
-            tp = event.message.tp
-            if tp in recovery.active_tps or tp in recovery.standby_tps:
-                return event
-            recovery.untracked_records += 1
-            logger.debug("changelog record of %s skipped: not restored here now", tp)
+            message = event.message
+            tp = message.tp
+            if tp not in recovery.active_tps and tp not in recovery.standby_tps:
+                recovery.untracked_records += 1
+                logger.debug("changelog record of %s skipped: not restored here now", tp)
+                continue
+            fetched = getattr(message, "fetched_at", None)
+            if current_mark is not None and fetched is not None and fetched != current_mark(tp):
+                recovery.stale_records += 1
+                continue
+            return event
 
     queue.get = get_tracked
 

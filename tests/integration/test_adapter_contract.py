@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections import Counter
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import faust
@@ -23,6 +25,7 @@ from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer, Fetcher
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
 
 from tables import faust_adapter
 from tables.faust_adapter import (
@@ -31,10 +34,11 @@ from tables.faust_adapter import (
     check_versions,
     consumer_connected,
     consumer_position,
+    fetch_mark,
     remove_static_members,
 )
 from tests.support.kafka import LocalKafka, local_kafka
-from tests.support.kafka_io import create_topics
+from tests.support.kafka_io import create_topics, produce
 
 pytestmark = pytest.mark.integration
 
@@ -83,6 +87,13 @@ def _parameters(function: Any) -> list[str]:
         (faust_aiokafka.AIOKafkaConsumerThread, "call_thread", None),
         (faust_aiokafka.AIOKafkaConsumerThread, "verify_event_path", ["self", "now", "tp"]),
         (faust_aiokafka.AIOKafkaConsumerThread, "on_thread_stop", ["self"]),
+        (
+            faust_aiokafka.AIOKafkaConsumerThread,
+            "_fetch_records",
+            ["self", "consumer", "active_partitions", "timeout", "max_records"],
+        ),
+        (faust_aiokafka.AIOKafkaConsumerThread, "_seek_wait", ["self", "consumer", "partitions"]),
+        (faust.App, "FlowControlQueue", ["self", "maxsize", "clear_on_resume"]),
         (faust_aiokafka.Transport, "Consumer", None),
         (RocksStore, "_db_for_partition", ["self", "partition"]),
         (RocksStore, "persisted_offset", ["self", "tp"]),
@@ -210,6 +221,50 @@ def test_a_consumer_that_has_no_position_yet_has_none(kafka: LocalKafka) -> None
             await consumer.stop()
 
     assert asyncio.run(check()) is None
+
+
+def test_a_fetch_mark_changes_with_a_recovery_seek_or_a_new_assignment_not_with_fetches(
+    kafka: LocalKafka,
+) -> None:
+    topic = "contract-marks"
+    create_topics(kafka.bootstrap, {topic: 1})
+    produce(kafka.bootstrap, topic, [(None, f"r{n}".encode()) for n in range(10)])
+    tp = TopicPartition(topic, 0)
+
+    async def check() -> list[bool]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            thread = SimpleNamespace(_consumer=consumer, seeks=Counter())
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            mark = fetch_mark(thread, tp)
+            await consumer.getmany(tp, timeout_ms=2000, max_records=4)
+            same = [fetch_mark(thread, tp) == mark]
+            thread.seeks[TP(topic, 0)] += 1  # what _seek_wait counts (faust's TP)
+            same.append(fetch_mark(thread, tp) == mark)
+            mark = fetch_mark(thread, tp)
+            consumer.assign([tp])  # a new assignment: a new state of the partition
+            same.append(fetch_mark(thread, tp) == mark)
+            return same
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(check()) == [True, False, False]
+
+
+def test_the_changelog_queue_keeps_its_records_when_the_flow_resumes() -> None:
+    """faust empties its changelog queue when the flow resumes after a rebalance; the
+    records fetched after that, before the recovery seeks, would follow a gap."""
+    from app.main import create_app
+    from core.settings import Settings
+
+    app = create_app(Settings())
+    queue = app.tables.changelog_queue
+    queue.put_nowait("a record")
+    app.flow_control.suspend()
+    app.flow_control.resume()
+    assert queue.qsize() == 1
 
 
 def test_a_static_member_is_removed_from_its_group_on_its_behalf(kafka: LocalKafka) -> None:

@@ -6,10 +6,11 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from faust.types import TP
 from rocksdict import Options, Rdict
 
-from tables.faust_adapter import tracked_only, write_run
+from tables.faust_adapter import EngineTable, newer_than_stored, tracked_only, write_run
 from tables.restore import bulk_plan
 
 A = TP("streamstate-word_counts-changelog", 0)
@@ -89,6 +90,7 @@ class Tracking:
     active_tps: set[TP]
     standby_tps: set[TP]
     untracked_records: int = 0
+    stale_records: int = 0
 
 
 def test_recovery_gets_only_records_of_partitions_it_restores_now() -> None:
@@ -106,3 +108,85 @@ def test_recovery_gets_only_records_of_partitions_it_restores_now() -> None:
     recovery.standby_tps.add(B)  # assigned again: its records count again
     queue.put_nowait(Event(Message(B)))
     assert asyncio.run(queue.get()).message.tp == B
+
+
+@dataclass
+class Fetched:
+    tp: TP
+    offset: int
+    fetched_at: tuple[str, int]
+
+
+def test_recovery_gets_no_record_fetched_before_its_partition_was_sought_again() -> None:
+    """A record fetched before a seek (or a new assignment) of its partition is left
+    out; the one fetched after it, from where the recovery sought, is handed on."""
+    recovery = Tracking(active_tps={A}, standby_tps={C})
+    marks = {A: ("state-1", 1), C: ("state-1", 1)}
+    queue: asyncio.Queue[Event] = asyncio.Queue()
+    tracked_only(queue, recovery, marks.__getitem__)
+    for offset in (10, 11):  # queued before the seek
+        queue.put_nowait(Event(Fetched(A, offset, ("state-1", 1))))  # type: ignore[arg-type]
+    queue.put_nowait(Event(Fetched(C, 7, ("state-1", 1))))  # type: ignore[arg-type]
+    marks[A] = ("state-1", 2)  # the recovery seeks A back to offset 5
+    queue.put_nowait(Event(Fetched(A, 5, ("state-1", 2))))  # type: ignore[arg-type]
+
+    async def drain() -> list[tuple[TP, int]]:
+        taken = [(await queue.get()).message for _ in range(2)]
+        return [(m.tp, m.offset) for m in taken]  # type: ignore[attr-defined]
+
+    assert asyncio.run(drain()) == [(C, 7), (A, 5)]
+    assert recovery.stale_records == 2
+    marks[C] = ("state-2", 0)  # C assigned anew: what was fetched before is stale
+    queue.put_nowait(Event(Fetched(C, 8, ("state-1", 1))))  # type: ignore[arg-type]
+    queue.put_nowait(Event(Fetched(C, 8, ("state-2", 0))))  # type: ignore[arg-type]
+    assert asyncio.run(queue.get()).message.fetched_at == ("state-2", 0)  # type: ignore[attr-defined]
+    assert recovery.stale_records == 3
+
+
+@dataclass
+class ChangelogMessage:
+    tp: TP
+    offset: int
+    key: bytes
+    value: bytes | None
+
+    @property
+    def partition(self) -> int:
+        return self.tp.partition
+
+
+def _changelog(tp: TP, offsets: range, value: bytes) -> list[Event]:
+    return [
+        Event(ChangelogMessage(tp, o, f"k{o % 4}".encode(), value))  # type: ignore[arg-type]
+        for o in offsets
+    ]
+
+
+def test_records_a_partition_already_holds_are_not_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A buffer flushed after the bulk restore (or the engine) wrote past it leaves the
+    newer values and the offset alone, and writes only what lies beyond them."""
+    from app.main import create_app
+    from core.settings import Settings
+
+    monkeypatch.setenv("APP_DATADIR", str(tmp_path))
+    app = create_app(Settings())
+    table = app.tables["word_counts"]
+    assert isinstance(table, EngineTable)
+    tp = TP(table.changelog_topic.get_topic_name(), 2)
+    db = table.data._db_for_partition(2)
+    # what the bulk restore wrote: offsets 0..20, the last values "new"
+    write_run(table.data, 2, [Record(o, f"k{o % 4}".encode(), b"new") for o in range(21)], 20)
+    # a stale buffer of offsets 10..24, then a second flush of 25..26
+    table.apply_changelog_batch(_changelog(tp, range(10, 25), b"buffered"))
+    assert {db[f"k{n}".encode()] for n in (1, 2, 3, 0)} == {b"buffered"}  # 21..24 written
+    assert db[table.data.offset_key] == b"24"
+    db[b"k1"] = b"engine"  # the engine writes a cycle at changelog offset 30
+    table.data.set_persisted_offset(tp, 30)
+    table.apply_changelog_batch(_changelog(tp, range(25, 27), b"late"))
+    assert db[b"k1"] == b"engine"
+    assert db[table.data.offset_key] == b"30"
+    assert newer_than_stored(table.data, _changelog(tp, range(29, 33), b"x")) == _changelog(
+        tp, range(31, 33), b"x"
+    )
