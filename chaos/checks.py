@@ -101,6 +101,15 @@ def kill_worker(r: dict[str, Any]) -> list[Check]:
         *no_loss(r["losses"]),
         *offered(r["load"]),
     ]
+    copies = r.get("local_copies")
+    if copies is not None:
+        found.append(
+            Check(
+                "every up-to-date copy on disk equals its changelog "
+                f"({copies['copies_compared']} compared)",
+                copies["copies_compared"] > 0 and copies["exact"],
+            )
+        )
     if eos:
         found.append(Check("every table exact after every kill -9", r["exact_after_every_kill"]))
         found.append(

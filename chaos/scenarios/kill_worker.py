@@ -23,12 +23,15 @@ from chaos.lag import LagMonitor
 from chaos.load import LoadFigures, LoadLevel
 from chaos.nightly import batch_report
 from chaos.probe import ReadProbe, failover, sample_keys
+from chaos.replicas import audit, read_copies
 from chaos.session import Session, Settled
 from tests.support.kafka import LocalKafka
 from tests.support.workers import Worker
 
 #: The tables compared, and the settled pairs.
 COMPARED = (*TABLES, "settled-sales")
+#: Every table the workers keep on disk (the settling join's state included).
+STATE_TABLES = (*TABLES, "settling_buffer", "settling_index")
 
 
 @dataclass(frozen=True)
@@ -64,10 +67,19 @@ def run(kafka: LocalKafka, plan: KillPlan, level: LoadLevel) -> dict[str, Any]:
             if plan.batch_check:
                 drift = session.compare()
                 figures["batch_job"] = batch_report(kafka, work / "recompute", drift)
+        # The group has stopped: every worker's copies on disk against the changelogs.
+        figures["local_copies"] = local_copies(kafka, workers.workers)
     finally:
         load = session.close()
     figures["load"] = load
     return figures
+
+
+def local_copies(kafka: LocalKafka, workers: list[Worker]) -> dict[str, Any]:
+    """The audit of every table partition the stopped ``workers`` hold on disk."""
+    copies = read_copies([(w.datadir.name, w.datadir) for w in workers], STATE_TABLES)
+    changelogs = {table: f"streamstate-{table}-changelog" for table in STATE_TABLES}
+    return audit(kafka.bootstrap, copies, changelogs).as_dict()
 
 
 class KillRun:

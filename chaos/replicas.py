@@ -1,0 +1,141 @@
+"""Audit of the local copies: does each table partition a worker keeps on disk hold
+exactly what its changelog says?
+
+A worker's RocksDB partition (active or standby) records the last changelog offset it
+applied. Replaying the changelog's committed records up to that offset must give the
+partition's keys and values, no more and no less. A copy that skipped records (a fetch
+dropped on the way to a standby, a restore that jumped ahead) shows here as keys that
+are missing, extra or different, even when the tables served afterwards happen to be
+right because the keys were written again.
+
+Compaction removes a key's older records once a newer one exists, also past the copy's
+offset, so a replay is exact only for a copy that is up to date: one whose offset is at
+or past the partition's last record. Copies behind it are counted, not compared. The
+workers must be stopped (each partition database is opened read-only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from rocksdict import AccessType, Options, Rdict
+
+#: faust's key of the last applied changelog offset in each partition database.
+OFFSET_KEY = b"__faust\x00offset__"
+READ_ONLY = AccessType.read_only()
+_PARTITION_DB = re.compile(r"^(?P<table>.+)-(?P<partition>\d+)\.db$")
+
+
+@dataclass
+class Copy:
+    """One partition database of one worker."""
+
+    worker: str
+    table: str
+    partition: int
+    offset: int | None
+    data: dict[bytes, bytes]
+
+
+@dataclass
+class Audit:
+    """What the audit found over every copy it read."""
+
+    compared: int = 0
+    behind: int = 0
+    #: "worker table[partition]: n missing, n extra, n different (at offset o)"
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        return not self.differences
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "copies_compared": self.compared,
+            "copies_behind": self.behind,
+            "differences": self.differences[:20],
+            "exact": self.exact,
+        }
+
+
+def read_copies(workers: Iterable[tuple[str, Path]], tables: Iterable[str]) -> list[Copy]:
+    """The partition databases of ``tables`` under each worker's data directory."""
+    wanted = set(tables)
+    copies = []
+    for name, directory in workers:
+        for path in sorted(directory.glob("**/*.db")):
+            match = _PARTITION_DB.match(path.name)
+            if match is None or match["table"] not in wanted:
+                continue
+            db = Rdict(str(path), options=Options(raw_mode=True), access_type=READ_ONLY)
+            try:
+                data = {k: v for k, v in db.items() if isinstance(k, bytes)}
+            finally:
+                db.close()
+            raw = data.pop(OFFSET_KEY, None)
+            offset = None if raw is None else int(raw)
+            copies.append(Copy(name, match["table"], int(match["partition"]), offset, data))
+    return copies
+
+
+async def _read_changelog(bootstrap: str, topic: str, partition: int) -> list[Any]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        records: list[Any] = []
+        while await consumer.position(tp) < end:
+            fetched = await consumer.getmany(tp, timeout_ms=1000, max_records=50_000)
+            records += fetched.get(tp, [])
+        return records
+    finally:
+        await consumer.stop()
+
+
+def audit(bootstrap: str, copies: list[Copy], changelog_of: dict[str, str]) -> Audit:
+    """Compare each up-to-date copy with its changelog replayed up to its offset."""
+    found = Audit()
+    logs: dict[tuple[str, int], list[Any]] = {}
+    for copy in copies:
+        where = (changelog_of[copy.table], copy.partition)
+        if where not in logs:
+            logs[where] = asyncio.run(_read_changelog(bootstrap, *where))
+        records = logs[where]
+        last = records[-1].offset if records else -1
+        if copy.offset is None or copy.offset < last:
+            found.behind += 1
+            continue
+        found.compared += 1
+        expected: dict[bytes, bytes] = {}
+        for record in records:
+            if record.key is None:
+                continue
+            if record.value is None:
+                expected.pop(record.key, None)
+            else:
+                expected[record.key] = record.value
+        missing = expected.keys() - copy.data.keys()
+        extra = copy.data.keys() - expected.keys()
+        different = [k for k in expected.keys() & copy.data.keys() if expected[k] != copy.data[k]]
+        if missing or extra or different:
+            found.differences.append(
+                f"{copy.worker} {copy.table}[{copy.partition}]: {len(missing)} missing, "
+                f"{len(extra)} extra, {len(different)} different (at offset {copy.offset})"
+            )
+    return found
