@@ -16,15 +16,15 @@ workers must be stopped (each partition database is opened read-only).
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from rocksdict import AccessType, Options, Rdict
+
+from tests.support.kafka_io import Record, read_topic
 
 #: faust's key of the last applied changelog offset in each partition database.
 OFFSET_KEY = b"__faust\x00offset__"
@@ -85,38 +85,17 @@ def read_copies(workers: Iterable[tuple[str, Path]], tables: Iterable[str]) -> l
     return copies
 
 
-async def _read_changelog(bootstrap: str, topic: str, partition: int) -> list[Any]:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-    )
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        records: list[Any] = []
-        while await consumer.position(tp) < end:
-            fetched = await consumer.getmany(tp, timeout_ms=1000, max_records=50_000)
-            records += fetched.get(tp, [])
-        return records
-    finally:
-        await consumer.stop()
-
-
 def audit(bootstrap: str, copies: list[Copy], changelog_of: dict[str, str]) -> Audit:
     """Compare each up-to-date copy with its changelog replayed up to its offset."""
     found = Audit()
-    logs: dict[tuple[str, int], list[Any]] = {}
+    logs: dict[str, dict[int, list[Record]]] = {}
     for copy in copies:
-        where = (changelog_of[copy.table], copy.partition)
-        if where not in logs:
-            logs[where] = asyncio.run(_read_changelog(bootstrap, *where))
-        records = logs[where]
+        topic = changelog_of[copy.table]
+        if topic not in logs:
+            logs[topic] = {}
+            for record in read_topic(bootstrap, topic):
+                logs[topic].setdefault(record.partition, []).append(record)
+        records = logs[topic].get(copy.partition, [])
         last = records[-1].offset if records else -1
         if copy.offset is None or copy.offset < last:
             found.behind += 1
