@@ -80,13 +80,13 @@ def _seconds(values: list[Any]) -> str:
 def _kill_headline(r: Figures) -> str:
     exact = "every table exact" if r["exact_after_every_kill"] else "**not exact**"
     over = {k: sum(v) for k, v in r["over_count_per_kill"].items() if sum(v)}
-    failover = r.get("failover") or {}
+    failover = r.get("failover")
+    gone = "not run" if failover is None else f"{failover.get('seconds_to_active')} s"
     return (
         f"{r['kills']} kills over {r['workers']} workers at {_rate(r['load'])}, "
         f"{_processed(r['rounds'])}: {exact}; over-count {over or 0}, under-count "
         f"{sum(r['under_count_total'].values())}; restart to ready "
-        f"{_seconds(r['restart_to_ready_s'])}; failover "
-        f"{failover.get('seconds_to_active', 'not run')} s, reads failed "
+        f"{_seconds(r['restart_to_ready_s'])}; failover {gone}, reads failed "
         f"{r['reads_failed_during_kills']}/{r['reads_during_kills']} during kills"
     )
 
