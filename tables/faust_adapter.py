@@ -18,6 +18,10 @@ What it does:
 * :class:`FaustTableStore` reads and writes a faust table's RocksDB partitions.
 * :class:`TrackedRecovery` is faust's recovery with a bulk path for long changelog
   tails, highwaters that work for transactional changelogs, and restore figures.
+* Every copy of a partition stays equal to its changelog: each changelog record carries
+  its fetch mark, and recovery leaves out the records fetched before a seek of their
+  partition (:func:`tracked_only`; faust's queue is no longer emptied when the flow
+  resumes); :class:`EngineTable` writes no record below what a database holds.
 * Under ``exactly_once`` the engine owns the transactions (faust itself runs at least
   once): the group's consumer reads ``read_committed`` (:class:`EngineTransport`).
 * :func:`remove_static_members` removes a dead worker's static membership from the group
