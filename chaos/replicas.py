@@ -10,8 +10,10 @@ right because the keys were written again.
 
 Compaction removes a key's older records once a newer one exists, also past the copy's
 offset, so a replay is exact only for a copy that is up to date: one whose offset is at
-or past the partition's last record. Copies behind it are counted, not compared. The
-workers must be stopped (each partition database is opened read-only).
+or past the partition's last record. Copies behind it are counted, not compared. A
+changelog that also deletes by time (a windowed table's) must still hold what the copy
+holds: the audit runs right after the scenario, well within the retention. The workers
+must be stopped (each partition database is opened read-only).
 """
 
 from __future__ import annotations
