@@ -87,30 +87,37 @@ def read_copies(workers: Iterable[tuple[str, Path]], tables: Iterable[str]) -> l
     return copies
 
 
+#: A changelog partition replayed: its last record's offset, and its latest value per key.
+Replay = tuple[int, dict[bytes, bytes]]
+
+
+def replay(records: Iterable[Record]) -> dict[int, Replay]:
+    """Each partition of a changelog replayed in offset order (tombstones delete)."""
+    found: dict[int, Replay] = {}
+    for record in records:
+        _, values = found.get(record.partition, (-1, {}))
+        if record.key is not None:
+            if record.value is None:
+                values.pop(record.key, None)
+            else:
+                values[record.key] = record.value
+        found[record.partition] = (record.offset, values)
+    return found
+
+
 def audit(bootstrap: str, copies: list[Copy], changelog_of: dict[str, str]) -> Audit:
     """Compare each up-to-date copy with its changelog replayed up to its offset."""
     found = Audit()
-    logs: dict[str, dict[int, list[Record]]] = {}
+    logs: dict[str, dict[int, Replay]] = {}
     for copy in copies:
         topic = changelog_of[copy.table]
         if topic not in logs:
-            logs[topic] = {}
-            for record in read_topic(bootstrap, topic):
-                logs[topic].setdefault(record.partition, []).append(record)
-        records = logs[topic].get(copy.partition, [])
-        last = records[-1].offset if records else -1
+            logs[topic] = replay(read_topic(bootstrap, topic))
+        last, expected = logs[topic].get(copy.partition, (-1, {}))
         if copy.offset is None or copy.offset < last:
             found.behind += 1
             continue
         found.compared += 1
-        expected: dict[bytes, bytes] = {}
-        for record in records:
-            if record.key is None:
-                continue
-            if record.value is None:
-                expected.pop(record.key, None)
-            else:
-                expected[record.key] = record.value
         missing = expected.keys() - copy.data.keys()
         extra = copy.data.keys() - expected.keys()
         different = [k for k in expected.keys() & copy.data.keys() if expected[k] != copy.data[k]]

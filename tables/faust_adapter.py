@@ -187,14 +187,21 @@ def aiokafka_consumer(app: faust.App) -> AIOKafkaConsumer | None:
     return found
 
 
+def _partition_state(consumer: Any, tp: Any) -> Any:
+    """aiokafka's state of an assigned partition (None: not assigned, or no consumer)."""
+    try:
+        return consumer._subscription.subscription.assignment.state_value(tp)
+    except AttributeError:
+        return None
+
+
 def consumer_position(consumer: Any, tp: Any) -> int | None:
     """An aiokafka consumer's fetch position of an assigned partition, without a
     request (past the transaction markers it has skipped), or None when it has none."""
-    try:
-        state = consumer._subscription.subscription.assignment.state_value(tp)
-        return int(state.position) if state.has_valid_position else None
-    except (AttributeError, TypeError):
+    state = _partition_state(consumer, tp)
+    if state is None or not state.has_valid_position:
         return None
+    return int(state.position)
 
 
 #: Which stretch of a partition's records a fetch belongs to: the consumer's state of the
@@ -204,11 +211,7 @@ FetchMark = tuple[Any, int]
 
 def fetch_mark(thread: Any, tp: Any) -> FetchMark:
     """The current :data:`FetchMark` of ``tp`` on a worker's consumer thread."""
-    try:
-        state = thread._consumer._subscription.subscription.assignment.state_value(tp)
-    except AttributeError:
-        state = None
-    return (state, thread.seeks[tp])
+    return (_partition_state(thread._consumer, tp), thread.seeks[tp])
 
 
 def _position(app: faust.App, tp: Any) -> int | None:
