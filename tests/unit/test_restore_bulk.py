@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 from faust.types import TP
-from rocksdict import Options, Rdict
 
-from tables.faust_adapter import EngineTable, newer_than_stored, tracked_only, write_run
+from tables.faust_adapter import (
+    EngineTable,
+    newer_than_stored,
+    partition_db,
+    persisted_offset,
+    tracked_only,
+    write_run,
+)
 from tables.restore import bulk_plan
 
 A = TP("streamstate-word_counts-changelog", 0)
@@ -35,26 +41,22 @@ class Record:
     value: bytes | None
 
 
-class Store:
-    """The two parts of faust's RocksDB store that a bulk write uses."""
+def word_counts(monkeypatch: pytest.MonkeyPatch, datadir: Path) -> EngineTable:
+    """The app's word_counts table: a real faust table on RocksDB files in ``datadir``."""
+    from app.main import create_app
+    from core.settings import Settings
 
-    offset_key = b"__faust\0offset__"
-
-    def __init__(self, path: Path) -> None:
-        self.dbs: dict[int, Rdict] = {}
-        self.path = path
-
-    def _db_for_partition(self, partition: int) -> Rdict:
-        if partition not in self.dbs:
-            self.dbs[partition] = Rdict(
-                str(self.path / str(partition)), options=Options(raw_mode=True)
-            )
-        return self.dbs[partition]
+    monkeypatch.setenv("APP_DATADIR", str(datadir))
+    table = create_app(Settings()).tables["word_counts"]
+    assert isinstance(table, EngineTable)
+    return table
 
 
-def test_a_run_is_written_with_its_offset_and_tombstones_delete(tmp_path: Path) -> None:
-    store = Store(tmp_path)
-    db = store._db_for_partition(3)
+def test_a_run_is_written_with_its_offset_and_tombstones_delete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = word_counts(monkeypatch, tmp_path)
+    db = partition_db(table, 3)
     db[b"gone"] = b"1"
     run = [
         Record(10, "état".encode(), b"1"),
@@ -63,16 +65,14 @@ def test_a_run_is_written_with_its_offset_and_tombstones_delete(tmp_path: Path) 
         Record(13, b"gone", None),
         Record(14, None, b"ignored"),
     ]
-    assert write_run(store, 3, run, 14) == 4
+    assert write_run(table.data, 3, run, 14) == 4
     assert db["état".encode()] == b"5"
     assert db["straße".encode()] == b"2"
     assert db.get(b"gone") is None
-    assert db[Store.offset_key] == b"14"
+    assert persisted_offset(table, TP(table.changelog_topic.get_topic_name(), 3)) == 14
     # Only markers past the last record: the offset moves on, no record is written.
-    assert write_run(store, 3, [], 16) == 0
-    assert db[Store.offset_key] == b"16"
-    for opened in store.dbs.values():
-        opened.close()
+    assert write_run(table.data, 3, [], 16) == 0
+    assert persisted_offset(table, TP(table.changelog_topic.get_topic_name(), 3)) == 16
 
 
 @dataclass
@@ -167,26 +167,20 @@ def test_records_a_partition_already_holds_are_not_written_again(
 ) -> None:
     """A buffer flushed after the bulk restore (or the engine) wrote past it leaves the
     newer values and the offset alone, and writes only what lies beyond them."""
-    from app.main import create_app
-    from core.settings import Settings
-
-    monkeypatch.setenv("APP_DATADIR", str(tmp_path))
-    app = create_app(Settings())
-    table = app.tables["word_counts"]
-    assert isinstance(table, EngineTable)
+    table = word_counts(monkeypatch, tmp_path)
     tp = TP(table.changelog_topic.get_topic_name(), 2)
-    db = table.data._db_for_partition(2)
+    db = partition_db(table, 2)
     # what the bulk restore wrote: offsets 0..20, the last values "new"
     write_run(table.data, 2, [Record(o, f"k{o % 4}".encode(), b"new") for o in range(21)], 20)
     # a stale buffer of offsets 10..24, then a second flush of 25..26
     table.apply_changelog_batch(_changelog(tp, range(10, 25), b"buffered"))
     assert {db[f"k{n}".encode()] for n in (1, 2, 3, 0)} == {b"buffered"}  # 21..24 written
-    assert db[table.data.offset_key] == b"24"
+    assert persisted_offset(table, tp) == 24
     db[b"k1"] = b"engine"  # the engine writes a cycle at changelog offset 30
     table.data.set_persisted_offset(tp, 30)
     table.apply_changelog_batch(_changelog(tp, range(25, 27), b"late"))
     assert db[b"k1"] == b"engine"
-    assert db[table.data.offset_key] == b"30"
+    assert persisted_offset(table, tp) == 30
     assert newer_than_stored(table.data, _changelog(tp, range(29, 33), b"x")) == _changelog(
         tp, range(31, 33), b"x"
     )
