@@ -20,7 +20,7 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
 
-from tests.support.kafka import ROOT, WORKER, LocalKafka
+from tests.support.kafka import ROOT, WORKER, LocalKafka, running
 from tests.support.kafka_io import list_topics
 from tests.support.workers import Worker, stop_workers
 
@@ -47,7 +47,7 @@ def cluster(name: str, brokers: int = 1) -> Iterator[LocalKafka]:
         reset(kafka)
         yield kafka
     finally:
-        kafka.down()
+        kafka.kill()
 
 
 def reset(kafka: LocalKafka) -> None:
@@ -56,7 +56,7 @@ def reset(kafka: LocalKafka) -> None:
     fresh already, and is kept as it is."""
     if kafka.pids() and _topics(kafka.bootstrap) == []:
         return
-    kafka.down()
+    kafka.kill()
     shutil.rmtree(kafka.directory, ignore_errors=True)
     start(kafka)
 
@@ -111,10 +111,9 @@ def _wait_ports_free(kafka: LocalKafka, timeout: float = 60.0) -> None:
 def _node_running(kafka: LocalKafka, node: int) -> bool:
     pidfile = kafka.directory / f"node-{node}" / "kafka.pid"
     try:
-        os.kill(int(pidfile.read_text()), 0)
+        return running(int(pidfile.read_text()))
     except (OSError, ValueError):
         return False
-    return True
 
 
 def _bindable(port: int) -> bool:
@@ -248,9 +247,7 @@ def kill_broker(kafka: LocalKafka, node: int) -> int:
     broker = int(pidfile.read_text())
     os.kill(broker, signal.SIGKILL)
     for _ in range(100):
-        try:
-            os.kill(broker, 0)
-        except ProcessLookupError:
+        if not running(broker):
             break
         time.sleep(0.1)
     return broker

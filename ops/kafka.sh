@@ -2,7 +2,12 @@
 # The local Apache Kafka (KRaft) cluster: 1 or 3 combined broker+controller nodes on
 # 127.0.0.1, run as plain Java processes from Maven Central jars.
 #
-#   ops/kafka.sh up | down | status | jars
+#   ops/kafka.sh up | down | kill | status | jars
+#
+# `jars` resolves the jars and writes a class-data archive of a node's start (AppCDS,
+# kafka.jsa beside the jars), which every later node and tool starts from: a node is ready
+# in about 1.8 s instead of 3 s. `kill` stops the nodes with SIGKILL, for a cluster whose
+# data is deleted next (tests); `down` stops them cleanly.
 #
 # KAFKA_BROKERS  1 (default) or 3
 # KAFKA_PORT     client port of node 1 (default 9092); node i listens on KAFKA_PORT + 2*(i-1)
@@ -20,6 +25,7 @@ HEAP="${KAFKA_HEAP:-512m}"
 POM="$ROOT/ops/kafka/pom.xml"
 VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$POM")"
 JARS="${KAFKA_JAR_CACHE:-$ROOT/.cache/kafka-$VERSION}"
+ARCHIVE="$JARS/kafka.jsa"
 PYTHON="$ROOT/.venv/bin/python"
 [ -x "$PYTHON" ] || PYTHON=python3
 
@@ -34,9 +40,69 @@ fetch_jars() {
   touch "$JARS/.complete"
 }
 
+# The class-data archive: the classes a node loads from its start to ready, dumped by a
+# throw-away node in a temporary directory when it stops. The JVM checks an archive against
+# its own version and the class path, and starts without it when they differ.
+class_archive() {
+  [ -f "$ARCHIVE" ] && return 0
+  local port
+  port="$("$PYTHON" -c 'import socket
+while True:  # a free client port whose next port (the controller) is free too
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        try:
+            b.bind(("127.0.0.1", a.getsockname()[1] + 1))
+        except OSError:
+            continue
+        print(a.getsockname()[1])
+        break')"
+  log "writing the class-data archive ${ARCHIVE#"$ROOT"/}"
+  (
+    DIR="$(mktemp -d)" PORT="$port" BROKERS=1
+    trap 'rm -rf "$DIR"' EXIT
+    archive_node
+  ) || log "no class-data archive: nodes start without one"
+}
+
+archive_node() {
+  local dir pid
+  dir="$(node_dir 1)"
+  write_config 1
+  format_storage 1
+  java -Xms128m -Xmx"$HEAP" -XX:+UseG1GC -Djava.awt.headless=true \
+    -XX:ArchiveClassesAtExit="$dir/kafka.jsa" \
+    -Dlog4j2.configurationFile="$ROOT/ops/kafka/log4j2.properties" -Dkafka.logs.dir="$dir/logs" \
+    -cp "$JARS/*" kafka.Kafka "$dir/server.properties" >"$dir/logs/kafka.out" 2>&1 </dev/null &
+  pid=$!
+  if ! "$PYTHON" "$ROOT/ops/kafka_ready.py" --port "$PORT" --timeout 60; then
+    kill -9 "$pid"
+    return 1
+  fi
+  kill "$pid"
+  wait "$pid" || true
+  [ -s "$dir/kafka.jsa" ] && mv "$dir/kafka.jsa" "$ARCHIVE"
+}
+
+# A cluster id as Kafka's `StorageTool random-uuid` makes one (a random UUID in URL-safe
+# base64 without padding, not starting with "-"), without starting a JVM for it.
+new_cluster_id() {
+  "$PYTHON" -c 'import base64, uuid
+while (i := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+    pass
+print(i)'
+}
+
 node_dir() { echo "$DIR/node-$1"; }
 client_port() { echo $((PORT + 2 * ($1 - 1))); }
 controller_port() { echo $((PORT + 2 * ($1 - 1) + 1)); }
+
+# Whether a process runs. A node's parent is gone, so once it exits it stays a zombie
+# until init reaps it (seconds, on some machines): a zombie has stopped.
+alive() {
+  local state
+  state="$(ps -o stat= -p "$1" 2>/dev/null)" || return 1
+  [[ "$state" != Z* ]]
+}
 
 running_pid() {
   local pidfile
@@ -44,7 +110,7 @@ running_pid() {
   [ -f "$pidfile" ] || return 1
   local pid
   pid="$(cat "$pidfile")"
-  kill -0 "$pid" 2>/dev/null || return 1
+  alive "$pid" || return 1
   echo "$pid"
 }
 
@@ -84,9 +150,10 @@ EOF
 }
 
 java_cmd() {
-  local dir=$1 main=$2
+  local dir=$1 main=$2 share=()
   shift 2
-  exec java -Xms128m -Xmx"$HEAP" -XX:+UseG1GC -Djava.awt.headless=true \
+  [ -f "$ARCHIVE" ] && share=(-XX:SharedArchiveFile="$ARCHIVE")
+  exec java -Xms128m -Xmx"$HEAP" -XX:+UseG1GC -Djava.awt.headless=true "${share[@]}" \
     -Dlog4j2.configurationFile="$ROOT/ops/kafka/log4j2.properties" \
     -Dkafka.logs.dir="$dir/logs" \
     -cp "$JARS/*" "$main" "$@"
@@ -96,9 +163,7 @@ format_storage() {
   local i=$1 dir cluster_id
   dir="$(node_dir "$i")"
   [ -f "$dir/data/meta.properties" ] && return 0
-  if [ ! -f "$DIR/cluster-id" ]; then
-    (java_cmd "$dir" kafka.tools.StorageTool random-uuid) >"$DIR/cluster-id"
-  fi
+  [ -f "$DIR/cluster-id" ] || new_cluster_id >"$DIR/cluster-id"
   cluster_id="$(tr -d '[:space:]' <"$DIR/cluster-id")"
   (java_cmd "$dir" kafka.tools.StorageTool format -t "$cluster_id" \
     -c "$dir/server.properties" --ignore-formatted) >"$dir/logs/format.out" 2>&1 || {
@@ -156,30 +221,33 @@ up() {
   log "ready: $BROKERS node(s), bootstrap 127.0.0.1:$PORT (Kafka $VERSION)"
 }
 
-down() {
-  local i pid pids=()
+# Stop every node with `signal` and wait until each process has exited.
+stop_nodes() {
+  local signal=$1 pid pids=()
   [ -d "$DIR" ] || { log "not running"; return 0; }
   for dir in "$DIR"/node-*; do
     [ -f "$dir/kafka.pid" ] || continue
     pid="$(cat "$dir/kafka.pid")"
-    if kill -0 "$pid" 2>/dev/null; then
-      kill "$pid" 2>/dev/null || true
+    if alive "$pid"; then
+      kill -"$signal" "$pid" 2>/dev/null || true
       pids+=("$pid")
     fi
     rm -f "$dir/kafka.pid"
   done
   for pid in "${pids[@]}"; do
-    for _ in $(seq 1 60); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.5
+    for _ in $(seq 1 300); do
+      alive "$pid" || break
+      sleep 0.1
     done
-    if kill -0 "$pid" 2>/dev/null; then
+    if alive "$pid"; then
       log "pid $pid did not stop in 30s; killing it"
       kill -9 "$pid" 2>/dev/null || true
     fi
   done
   log "stopped ${#pids[@]} node(s)"
 }
+
+down() { stop_nodes TERM; }
 
 status() {
   local i found=0
@@ -199,7 +267,8 @@ status() {
 case "${1:-}" in
   up) up ;;
   down) down ;;
+  kill) stop_nodes KILL ;;
   status) status ;;
-  jars) fetch_jars ;;
-  *) echo "usage: $0 up|down|status|jars" >&2; exit 2 ;;
+  jars) fetch_jars && class_archive ;;
+  *) echo "usage: $0 up|down|kill|status|jars" >&2; exit 2 ;;
 esac

@@ -69,7 +69,7 @@ def main() -> int:
             last_error = f"brokers seen per node: {counts}"
         except (OSError, struct.error) as exc:
             last_error = str(exc)
-        time.sleep(0.5)
+        time.sleep(0.1)
     print(f"kafka not ready after {args.timeout:.0f}s: {last_error}", file=sys.stderr)
     return 1
 

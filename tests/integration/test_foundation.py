@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from tests.support.kafka import ROOT, TEST_PORT, LocalKafka, local_kafka
+from tests.support.kafka import ROOT, TEST_PORT, LocalKafka, local_kafka, running
 from tests.support.workers import Worker
 
 pytestmark = pytest.mark.integration
@@ -118,19 +118,28 @@ async def _round_trip_with_a_compacted_topic(bootstrap: str) -> None:
         await consumer.stop()
 
 
-def test_kafka_down_stops_the_jvm_it_started(tmp_path: Path) -> None:
+def test_kafka_kill_and_down_stop_the_jvm_it_started_from_the_class_archive(
+    tmp_path: Path,
+) -> None:
     # Below the kernel's ephemeral ports (32768 and up), which a client's connection may
     # hold: a fixed port there was once taken when the broker came to bind it.
     port = TEST_PORT + 2500
     cluster = LocalKafka(port=port, brokers=1, directory=tmp_path / "own")
+    archive = next((ROOT / ".cache").glob("kafka-*/kafka.jsa"))  # written by `jars`
     cluster.up()
     try:
         (pid,) = cluster.pids()
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         assert b"kafka.Kafka" in command
+        assert f"-XX:SharedArchiveFile={archive}".encode() in command
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
+        cluster.kill()
+        assert not running(pid)
+        assert cluster.pids() == []
+        cluster.up()  # the same data after a kill -9
+        (pid,) = cluster.pids()
     finally:
         cluster.down()
-    assert not Path(f"/proc/{pid}").exists()
+    assert not running(pid)
     assert cluster.pids() == []

@@ -125,7 +125,7 @@ def assert_sales_equal(actual: dict[Any, Any], expected: dict[Any, Any]) -> None
 
 def reset_topics(kafka: LocalKafka) -> None:
     """Each test starts from a fresh cluster: the module shares one broker process."""
-    kafka.down()
+    kafka.kill()
     import shutil
 
     shutil.rmtree(kafka.directory, ignore_errors=True)

@@ -56,8 +56,27 @@ class LocalKafka:
     def down(self) -> None:
         subprocess.run([str(ROOT / "ops/kafka.sh"), "down"], env=self.env(), check=True)
 
+    def kill(self) -> None:
+        """Stop the nodes with SIGKILL: for a cluster whose data is deleted next."""
+        subprocess.run([str(ROOT / "ops/kafka.sh"), "kill"], env=self.env(), check=True)
+
     def pids(self) -> list[int]:
         return [int(p.read_text()) for p in sorted(self.directory.glob("node-*/kafka.pid"))]
+
+
+def running(pid: int) -> bool:
+    """Whether a process runs. A broker's parent has exited, so once the broker exits it
+    stays a zombie until init reaps it, which can take seconds: a zombie has stopped."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:  # no /proc: os.kill's answer
+        return True
+    state = next((line.split()[1] for line in status.splitlines() if line.startswith("State:")), "")
+    return state != "Z"
 
 
 @contextmanager
@@ -65,7 +84,7 @@ def local_kafka(name: str, brokers: int = 1, port: int = TEST_PORT) -> Iterator[
     """Start a fresh cluster in .cache/test-kafka/<name>-<port>, and stop it afterwards."""
     directory = ROOT / ".cache" / "test-kafka" / f"{name}-{port}"
     kafka = LocalKafka(port=port, brokers=brokers, directory=directory)
-    kafka.down()
+    kafka.kill()
     for node in range(brokers):
         require_free_port(port + 2 * node)
     shutil.rmtree(directory, ignore_errors=True)
@@ -73,4 +92,4 @@ def local_kafka(name: str, brokers: int = 1, port: int = TEST_PORT) -> Iterator[
     try:
         yield kafka
     finally:
-        kafka.down()
+        kafka.kill()
