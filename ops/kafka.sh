@@ -97,11 +97,18 @@ client_port() { echo $((PORT + 2 * ($1 - 1))); }
 controller_port() { echo $((PORT + 2 * ($1 - 1) + 1)); }
 
 # Whether a process runs. A node's parent is gone, so once it exits it stays a zombie
-# until init reaps it (seconds, on some machines): a zombie has stopped.
+# until init reaps it (seconds, on some machines): a zombie whose threads have all exited
+# has stopped, and has closed its sockets and files. (The main thread of a killed JVM is a
+# zombie for a second or so while another thread still tears the process down.)
 alive() {
-  local state
-  state="$(ps -o stat= -p "$1" 2>/dev/null)" || return 1
-  [[ "$state" != Z* ]]
+  local status
+  if [ -d /proc/self ]; then
+    status="$(cat "/proc/$1/status" 2>/dev/null)" || return 1
+    ! { grep -q '^State:[[:space:]]*Z' <<<"$status" && grep -q '^Threads:[[:space:]]*1$' <<<"$status"; }
+  else
+    status="$(ps -o stat= -p "$1" 2>/dev/null)" || return 1
+    [[ "$status" != Z* ]]
+  fi
 }
 
 running_pid() {

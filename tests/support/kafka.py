@@ -66,17 +66,21 @@ class LocalKafka:
 
 def running(pid: int) -> bool:
     """Whether a process runs. A broker's parent has exited, so once the broker exits it
-    stays a zombie until init reaps it, which can take seconds: a zombie has stopped."""
+    stays a zombie until init reaps it, which can take seconds: a zombie whose threads have
+    all exited has stopped (a killed JVM's main thread is a zombie for a second or so while
+    another thread still tears the process down, its sockets still open)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     try:
         status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
     except OSError:  # no /proc: os.kill's answer
         return True
-    state = next((line.split()[1] for line in status.splitlines() if line.startswith("State:")), "")
-    return state != "Z"
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return not (fields["State"].split()[0] == "Z" and fields["Threads"].strip() == "1")
 
 
 @contextmanager
