@@ -22,9 +22,9 @@ bytecode: install
 	$(PY) -m compileall -q -j 0 core app agents tables api jobs ops bench chaos tests
 	$(if $(PYTHONDONTWRITEBYTECODE),$(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null)
 
-# The libraries are installed without compiling their bytecode (--no-compile): Python
-# writes it for the modules a process imports, a small part of the 10,000 files pip
-# would compile one by one (the install takes half as long).
+# The libraries are installed without compiling their bytecode (--no-compile), which pip
+# does one file at a time: `make bytecode` compiles them on every core when the machine
+# forbids Python to write bytecode; otherwise Python writes it for what a process imports.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
