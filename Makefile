@@ -64,11 +64,14 @@ tools:
 # with its fixtures (brokers, workers, Spark) in one process; each process takes its own
 # ports (tests/support/kafka.py), the slowest modules first (tests/conftest.py). The tests
 # marked `alone` (faults timed under load) run after the rest, with the machine to themselves.
-# The lint and the Kafka Streams baseline's tests run side by side first (mvn may be absent:
+# The setup runs two steps at a time (the install beside the Kafka jars, the bytecode beside
+# the Spark jars), then the lint beside the Kafka Streams baseline's tests (mvn may be absent:
 # then the baseline's tests are skipped, with a line that says so).
 TEST_PROCESSES ?= 2
 CHECKS = lint $(if $(shell command -v mvn 2>/dev/null),kstreams-test)
-test: bytecode kafka-jars spark-jars tools
+test:
+	$(MAKE) --output-sync=target -j2 install kafka-jars tools
+	$(MAKE) --output-sync=target -j2 bytecode spark-jars
 	$(if $(filter kstreams-test,$(CHECKS)),,@echo "mvn not on PATH: the Kafka Streams baseline's tests are skipped")
 	$(MAKE) --output-sync=target -j2 $(CHECKS)
 	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder -m "not alone" \
