@@ -153,6 +153,8 @@ group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=2000
 auto.create.topics.enable=false
 log.cleaner.backoff.ms=5000
+broker.heartbeat.interval.ms=1000
+broker.session.timeout.ms=4000
 EOF
 }
 
