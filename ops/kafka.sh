@@ -5,9 +5,10 @@
 #   ops/kafka.sh up | down | kill | status | jars
 #
 # `jars` resolves the jars and writes a class-data archive of a node's start (AppCDS,
-# kafka.jsa beside the jars), which every later node and tool starts from: a node is ready
-# in about 1.8 s instead of 3 s. `kill` stops the nodes with SIGKILL, for a cluster whose
-# data is deleted next (tests); `down` stops them cleanly.
+# kafka.jsa beside the jars), which every later node and tool starts from, loading its
+# classes mapped from the archive instead of parsing them from the jars. `kill` stops the
+# nodes with SIGKILL, for a cluster whose data is deleted next (tests); `down` stops them
+# cleanly.
 #
 # KAFKA_BROKERS  1 (default) or 3
 # KAFKA_PORT     client port of node 1 (default 9092); node i listens on KAFKA_PORT + 2*(i-1)

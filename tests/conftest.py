@@ -16,12 +16,11 @@ import pytest
 #: Read by every ``java`` launcher of JDK 9 and later (each prints a note that it did).
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 
-#: The slowest modules, slowest first: their time in ``make test``'s parallel part (junit,
-#: 2 processes): test_streaming 218 s, test_settling 155 s, test_cluster 152 s,
-#: test_chaos_inputs 92 s, test_recompute_live 91 s, test_transforms 71 s, then 25-39 s
-#: each. ``make test`` hands whole modules to its processes in this order as they free up
-#: (``--no-loadscope-reorder``; pytest-xdist would otherwise order them by their number of
-#: tests, and a slow module with few tests started last runs on alone at the end).
+#: The slowest modules, about slowest first, by their time in ``make test``'s parallel part
+#: (``--durations=0`` sums per module). ``make test`` hands whole modules to its processes
+#: in this order as they free up (``--no-loadscope-reorder``; pytest-xdist would otherwise
+#: order them by their number of tests, and a slow module with few tests started last runs
+#: on alone at the end).
 SLOWEST_FIRST = (
     "tests/integration/test_streaming.py",
     "tests/integration/test_settling.py",
