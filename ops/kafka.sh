@@ -70,10 +70,8 @@ archive_node() {
   dir="$(node_dir 1)"
   write_config 1
   format_storage 1
-  java -Xms128m -Xmx"$HEAP" -XX:+UseG1GC -Djava.awt.headless=true \
-    -XX:ArchiveClassesAtExit="$dir/kafka.jsa" \
-    -Dlog4j2.configurationFile="$ROOT/ops/kafka/log4j2.properties" -Dkafka.logs.dir="$dir/logs" \
-    -cp "$JARS/*" kafka.Kafka "$dir/server.properties" >"$dir/logs/kafka.out" 2>&1 </dev/null &
+  (ARCHIVE_AT_EXIT="$dir/kafka.jsa" java_cmd "$dir" kafka.Kafka "$dir/server.properties") \
+    >"$dir/logs/kafka.out" 2>&1 </dev/null &
   pid=$!
   if ! "$PYTHON" "$ROOT/ops/kafka_ready.py" --port "$PORT" --timeout 60; then
     kill -9 "$pid"
@@ -159,10 +157,16 @@ broker.session.timeout.ms=4000
 EOF
 }
 
+# A JVM of the cluster: it starts from the class-data archive, or writes one at its exit
+# when ARCHIVE_AT_EXIT names the file (class_archive).
 java_cmd() {
   local dir=$1 main=$2 share=()
   shift 2
-  [ -f "$ARCHIVE" ] && share=(-XX:SharedArchiveFile="$ARCHIVE")
+  if [ -n "${ARCHIVE_AT_EXIT:-}" ]; then
+    share=(-XX:ArchiveClassesAtExit="$ARCHIVE_AT_EXIT")
+  elif [ -f "$ARCHIVE" ]; then
+    share=(-XX:SharedArchiveFile="$ARCHIVE")
+  fi
   exec java -Xms128m -Xmx"$HEAP" -XX:+UseG1GC -Djava.awt.headless=true "${share[@]}" \
     -Dlog4j2.configurationFile="$ROOT/ops/kafka/log4j2.properties" \
     -Dkafka.logs.dir="$dir/logs" \

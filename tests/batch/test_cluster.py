@@ -35,7 +35,7 @@ from jobs.recompute import EXIT_DIFFERS, EXIT_PREFLIGHT, EXIT_SAME, Options, run
 from jobs.session import jar_cache, udf_jar
 from jobs.standalone import StandaloneCluster, node_env, spark_home
 from ops.generator import SENTENCES, Catalogue, item_event
-from tests.support.kafka import ROOT, TEST_PORT, LocalKafka, local_kafka
+from tests.support.kafka import ROOT, TEST_PORT, LocalKafka, local_kafka, running
 
 pytestmark = [pytest.mark.batch, pytest.mark.integration]
 
@@ -138,16 +138,8 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalo
         yield cluster
     finally:
         cluster.stop()
-        alive = [pid for pid in pids if _running(pid)]
+        alive = [pid for pid in pids if running(pid)]
         assert not alive, f"standalone daemons still running: {alive}"
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def driver_env() -> dict[str, str]:
