@@ -18,9 +18,9 @@ import logging
 from typing import Annotated, Any
 
 import orjson
+from core.models import Correction
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, ValidationError
 
-from core.models import Correction
 from core.semantics import HOUR_MS, InvalidEvent, parse_record
 from core.topics import CORRECTIONS, dlq_topic
 from tables.definitions import INVENTORY, SALES_BY_CATEGORY, WORD_COUNTS

@@ -86,7 +86,9 @@ class TableStore(Protocol):
     """One table's local store on this worker."""
 
     name: str
-    changelog_topic: str
+
+    @property
+    def changelog_topic(self) -> str: ...
 
     def partition(self, partition: int) -> StorePartition: ...
 
@@ -182,6 +184,8 @@ class Figures:
     """What the engine has done, read by the metrics at scrape time."""
 
     events: Counter[str] = field(default_factory=Counter)
+    #: records through each named step of the pipelines (Batch.counts)
+    steps: Counter[str] = field(default_factory=Counter)
     dead_letters: Counter[str] = field(default_factory=Counter)
     failed_records: Counter[str] = field(default_factory=Counter)
     cycles: int = 0
@@ -374,12 +378,16 @@ class Task:
         if cache is None and pipeline.cache is not None:
             cache = self.caches[pipeline.name] = pipeline.cache()
         tables = {spec.name: views[spec.name].child() for spec in pipeline.writes}
+        for name in pipeline.lookups:
+            tables[name] = views[name].child()
         return Batch(pipeline.name, self.partition, records, tables, cache, self.parses)
 
     def _keep(self, batch: Batch) -> None:
         for view in batch.tables.values():
             view.merge_into_parent()
         self.figures.events[batch.pipeline] += sum(len(rs) for rs in batch.records.values())
+        if batch.counts:
+            self.figures.steps.update(batch.counts)
         for topic, n in batch.dead_lettered.items():
             self.figures.dead_letters[topic] += n
 
@@ -449,6 +457,7 @@ class Engine:
         self.listeners: list[Listener] = []
         self.topics = frozenset(topic for p in pipelines for topic in p.reads)
         written = {spec.name for p in pipelines for spec in p.writes}
+        written |= {name for p in pipelines for name in p.lookups}
         if missing := written - set(tables):
             raise ValueError(f"pipelines write undeclared tables: {sorted(missing)}")
         self.tasks: dict[int, Task] = {}

@@ -15,14 +15,18 @@ in-memory :class:`StorePartition` (or a real RocksDB on ``tmp_path``).
 from __future__ import annotations
 
 import itertools
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 import orjson
 from sortedcontainers import SortedDict
 
 from core.topics import dlq_topic
+from core.values import Bytes, ValueType
+from tables.windows import AnyWindow
 
 #: Header of a dead-letter record naming why it was refused.
 ERROR_HEADER = "error"
@@ -139,6 +143,16 @@ class TableView:
         raw = self.store.get(key)
         return None if raw is None else decode(raw)
 
+    def get_fresh(self, key: bytes) -> Any | None:
+        """As :meth:`get`, but a value the caller may change in place: a value written
+        earlier in the batch belongs to a view that can still be taken back, so it is
+        copied (a value read from the store is decoded afresh anyway)."""
+        pending = self._lookup(key)
+        if pending is not None:
+            return None if pending is DELETED else decode(encode(pending))
+        raw = self.store.get(key)
+        return None if raw is None else decode(raw)
+
     def put(self, key: bytes, value: Any) -> None:
         if value is None:
             raise ValueError(f"{self.name}: a value of None is not storable; use delete()")
@@ -224,19 +238,48 @@ def _merge(
             yield pkey, pvalue
 
 
+TableKind = Literal["table", "windowed", "global"]
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """A table a pipeline writes.
 
     ``ordered``: batches scan it by prefix. ``queryable``: the HTTP API serves it under
     ``/tables/{name}`` (a pipeline's internal state is not). ``changelog_config``: topic
-    configuration of its changelog beyond faust's compaction.
+    configuration of its changelog beyond faust's compaction. ``window``: the windows of
+    a windowed table (its keys are :mod:`tables.windows`' window keys). ``value_type``:
+    checks a value written from outside the pipeline (a nightly correction).
     """
 
     name: str
     ordered: bool = False
     queryable: bool = False
     changelog_config: tuple[tuple[str, str], ...] = ()
+    window: AnyWindow | None = None
+    value_type: ValueType[Any] | None = None
+
+    @property
+    def kind(self) -> TableKind:
+        return "windowed" if self.window is not None else "table"
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A topic a pipeline reads, with what its records must be.
+
+    ``value``: the type every value is parsed with (a record it refuses goes to the
+    topic's dead-letter topic). ``key``: the field of the value the record key must
+    equal (the topic is partitioned by it; the produce endpoint takes it as the key).
+    ``timestamp``: the field holding a record's event time in ms (else the record's
+    timestamp). ``tombstones``: a null value is a deletion, not an invalid record.
+    """
+
+    topic: str
+    value: ValueType[Any] = Bytes
+    key: str | None = None
+    timestamp: str | None = None
+    tombstones: bool = False
 
 
 #: The batch function of a pipeline.
@@ -251,7 +294,11 @@ class Pipeline:
     each). ``writes``: the tables it writes (it may read them too). ``produces``: the
     topics it sends to (dead-letter topics included). ``cache``: builds the pipeline's
     per-partition cache, kept between batches and dropped whenever a batch of the
-    partition fails, so it must hold nothing that the tables do not.
+    partition fails, so it must hold nothing that the tables do not. ``sources``: the
+    declared types of topics it reads (a topic without one takes any bytes).
+    ``lookups``: tables it reads but does not write (another pipeline's, same partition).
+    ``graph``: its steps, for the console and the docs (:class:`Graph`).
+    ``recompute``: how the nightly job recomputes its tables, when it can.
     """
 
     name: str
@@ -260,10 +307,33 @@ class Pipeline:
     writes: tuple[TableSpec, ...] = ()
     produces: tuple[str, ...] = ()
     cache: Callable[[], Any] | None = None
+    sources: tuple[SourceSpec, ...] = ()
+    lookups: tuple[str, ...] = ()
+    graph: Graph | None = None
+    recompute: Any = None
 
     def __post_init__(self) -> None:
         if not self.reads:
             raise ValueError(f"pipeline {self.name}: reads no topic")
+        if stray := [s.topic for s in self.sources if s.topic not in self.reads]:
+            raise ValueError(f"pipeline {self.name}: declares sources it does not read: {stray}")
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    """One node of a pipeline's graph: a topic, a step, a table."""
+
+    id: str
+    kind: Literal["source", "step", "repartition", "table", "output", "dlq", "global"]
+    label: str
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The steps of a pipeline as nodes and edges (ids of :class:`GraphNode`)."""
+
+    nodes: tuple[GraphNode, ...]
+    edges: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -274,10 +344,22 @@ class Context:
     partitions: int
     #: largest accepted record value, in bytes
     max_event_bytes: int
-    #: how long windowed tables keep a window, in ms
+    #: how long windowed tables keep a window by default, in ms
     window_retention_ms: int
-    #: the product catalogue (``category_at(sku, at_ms)``)
-    catalogue: Any = None
+    #: the app's id: internal topics are named ``<app_id>-<name>-...``
+    app_id: str = "streamstate"
+    #: the wall clock, in seconds (tests and the test driver set their own)
+    clock: Callable[[], float] = time.time
+    #: the global tables of the worker by name, filled in before the first batch
+    global_tables: Mapping[str, GlobalLookup] = field(default_factory=dict)
+
+
+class GlobalLookup(Protocol):
+    """A global table as a pipeline reads it: each key's value as of an event time."""
+
+    def get(self, key: str, at_ms: int | None = None) -> Any | None:
+        """The value of ``key`` as of event time ``at_ms`` (None: the newest)."""
+        ...
 
 
 @dataclass
@@ -294,6 +376,8 @@ class Batch:
     outputs: list[Output] = field(default_factory=list)
     #: per source topic, the records sent to its dead-letter topic
     dead_lettered: dict[str, int] = field(default_factory=dict)
+    #: records through each named step of the pipeline (the console's rates)
+    counts: Counter[str] = field(default_factory=Counter)
 
     def table(self, name: str) -> TableView:
         try:

@@ -1,0 +1,243 @@
+"""Value types: how a topic's record values are read, checked and written.
+
+A source declares the type of its values; the stream parses every record with it (a
+record it refuses goes to ``<topic>-dlq`` with the reason), and the produce endpoint
+checks a JSON body with the same type and writes the same bytes the stream will read.
+A value that crosses a repartition topic or waits in a join's buffer is written and
+read again with its stream's type.
+
+Types: :data:`Text` (UTF-8 text), :data:`Json` (any JSON value), :data:`Bytes` (the raw
+bytes), :class:`Model` (a pydantic model, validated strictly as its config says), or any
+object with the methods of :class:`ValueType`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+M = TypeVar("M", bound=BaseModel)
+
+#: Largest accepted record value by default, in bytes.
+DEFAULT_MAX_BYTES = 64 * 1024
+
+
+class InvalidEvent(ValueError):
+    """A record that fails validation; ``reason`` says what is wrong, naming the field."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@runtime_checkable
+class ValueType(Protocol[T_co]):
+    """How the values of a topic are read and written."""
+
+    @property
+    def name(self) -> str:
+        """Shown in errors and in the API's description of a topic."""
+        ...
+
+    def parse(self, raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> T_co:
+        """The value of a record, or :class:`InvalidEvent` saying what is wrong."""
+        ...
+
+    def encode(self, value: Any) -> bytes:
+        """The record bytes of a value this type parsed (or built by a step)."""
+        ...
+
+    def from_json(self, document: Any) -> bytes:
+        """The record bytes for a JSON document a client sent (the produce endpoint);
+        :meth:`parse` is then run on them. :class:`InvalidEvent` if it cannot be one."""
+        ...
+
+
+def utf8(text: str, what: str = "value") -> bytes:
+    """``text`` encoded, or InvalidEvent naming the lone surrogate."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidEvent(f"{what}: not UTF-8 (lone surrogate at {error.start})") from None
+
+
+def check_size(raw: bytes | None, max_bytes: int) -> bytes:
+    if raw is None:
+        raise InvalidEvent("value: missing (null record value)")
+    if len(raw) > max_bytes:
+        raise InvalidEvent(f"value: {len(raw)} bytes exceeds the limit of {max_bytes}")
+    return raw
+
+
+def decode_utf8(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidEvent(f"value: not UTF-8 ({error.reason} at byte {error.start})") from None
+
+
+def json_bytes(document: Any) -> bytes:
+    """A JSON document as strict JSON text (UTF-8), as a client's JSON library writes it."""
+    try:
+        text = json.dumps(document, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        raise InvalidEvent("value: NaN and Infinity are not JSON numbers") from None
+    except TypeError as error:
+        raise InvalidEvent(f"value: not a JSON value ({error})") from None
+    return utf8(text)
+
+
+def kind_of(document: Any) -> str:
+    names = {dict: "an object", list: "an array", bool: "a boolean", type(None): "null"}
+    return names.get(type(document), "a string" if isinstance(document, str) else "a number")
+
+
+def to_json(value: Any) -> bytes:
+    """A step's value as JSON: pydantic models by their fields, named tuples as arrays."""
+    return orjson.dumps(value, default=_default)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+@dataclass(frozen=True)
+class TextType:
+    """UTF-8 text; the produce endpoint takes a JSON string."""
+
+    name: str = "text"
+
+    def parse(self, raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+        return decode_utf8(check_size(raw, max_bytes))
+
+    def encode(self, value: Any) -> bytes:
+        return utf8(value) if isinstance(value, str) else bytes(value)
+
+    def from_json(self, document: Any) -> bytes:
+        if not isinstance(document, str):
+            raise InvalidEvent(
+                f"value: a {self.name} value is a JSON string, not {kind_of(document)}"
+            )
+        return utf8(document)
+
+
+@dataclass(frozen=True)
+class JsonType:
+    """Any JSON value (strict: no NaN)."""
+
+    name: str = "json"
+
+    def parse(self, raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
+        raw = check_size(raw, max_bytes)
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as error:
+            decode_utf8(raw)
+            raise InvalidEvent(f"value: not JSON ({error.msg} at byte {error.pos})") from None
+
+    def encode(self, value: Any) -> bytes:
+        return to_json(value)
+
+    def from_json(self, document: Any) -> bytes:
+        return json_bytes(document)
+
+
+@dataclass(frozen=True)
+class BytesType:
+    """The raw bytes, unchecked but for the size; the produce endpoint takes a JSON string
+    (written as UTF-8) or any other JSON value (written as JSON)."""
+
+    name: str = "bytes"
+
+    def parse(self, raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+        return check_size(raw, max_bytes)
+
+    def encode(self, value: Any) -> bytes:
+        return utf8(value) if isinstance(value, str) else bytes(value)
+
+    def from_json(self, document: Any) -> bytes:
+        return utf8(document) if isinstance(document, str) else json_bytes(document)
+
+
+Text = TextType()
+Json = JsonType()
+Bytes = BytesType()
+
+
+def describe(error: ValidationError) -> str:
+    """A pydantic error as one line naming each field."""
+    parts = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(p) for p in item["loc"]) or "value"
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def parse_model(model: type[M], raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> M:
+    """Validate one JSON record value against a pydantic model, or raise InvalidEvent."""
+    raw = check_size(raw, max_bytes)
+    decode_utf8(raw)
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as error:
+        raise InvalidEvent(describe(error)) from None
+
+
+@dataclass(frozen=True)
+class Model(Generic[T]):
+    """JSON validated by a pydantic model.
+
+    ``parse`` may be given as a faster reader with the same verdicts (and the same
+    reasons) as the model's validation; its values are what the steps receive.
+    ``encode`` writes such a value back as record bytes (default: the model's JSON).
+    """
+
+    model: type[BaseModel]
+    reader: Callable[[bytes | None, int], T] | None = None
+    writer: Callable[[Any], bytes] | None = None
+    name: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.model.__name__)
+
+    def parse(self, raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> T:
+        if self.reader is not None:
+            return self.reader(raw, max_bytes)
+        parsed: Any = parse_model(self.model, raw, max_bytes)
+        return parsed  # type: ignore[no-any-return]
+
+    def encode(self, value: Any) -> bytes:
+        if self.writer is not None:
+            return self.writer(value)
+        if isinstance(value, BaseModel):
+            return value.model_dump_json().encode()
+        return to_json(value)
+
+    def from_json(self, document: Any) -> bytes:
+        return json_bytes(document)
+
+
+def field_of(value: Any, name: str) -> Any:
+    """A named field of a value: an attribute, or a key of a JSON object."""
+    if isinstance(value, dict):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
+def check_key(key: bytes | None, expected: str, field_name: str) -> None:
+    """A keyed topic's record key must equal the field it is partitioned by."""
+    if key is None:
+        raise InvalidEvent(f"key: missing, expected the {field_name} {expected!r}")
+    if key != expected.encode("utf-8"):
+        shown = key.decode("utf-8", "replace")[:80]
+        raise InvalidEvent(f"key: {shown!r} does not match {field_name} {expected!r}")

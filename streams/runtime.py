@@ -1,0 +1,825 @@
+"""Running a compiled pipeline over one batch.
+
+A :class:`Runner` is a pipeline's batch function. It works a column at a time: the
+records of a step are :class:`Rows`, lists of values and, where a later step needs them,
+of record keys, event times and the positions of the source records they came from
+(``index``). Each step maps whole lists (``map`` and ``filter`` run the user's function
+through the builtins, ``flat_map`` chains the results), so a batch costs one call of the
+user's function per record and little else. Then each sink takes effect on the batch:
+
+* ``to``: one output record per value;
+* ``apply``: each key's values folded into the table, the key read once and written once;
+* ``send``: each key's values combined into one aggregate per batch (or, for an
+  aggregation without a merge, kept as they are) and sent to the partition of the
+  repartition topic that owns the key, many keys per record.
+
+A user function that raises makes the batch raise: the engine then applies its records
+one by one and sends the one that raises to its dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from itertools import chain, compress, repeat
+from typing import Any
+
+import orjson
+
+from core.topics import partition_for
+from core.values import InvalidEvent, ValueType, check_key, field_of
+from streams.compile import Plan, Root, Sink, join_tables, state_table
+from streams.topology import Aggregation, Node
+from tables.join import LEFT, RIGHT, PartitionJoin
+from tables.pipeline import Batch, TableView
+from tables.windows import (
+    AnyWindow,
+    Session,
+    WindowIndex,
+    key_prefix,
+    parse_window_range,
+    session_key,
+    table_key,
+)
+
+#: A repartition record holds items until its JSON reaches about this many bytes.
+RECORD_BYTES = 256 * 1024
+#: Fields of a repartition record: combined aggregates, or values in order.
+COMBINED, VALUES = "combined", "values"
+
+
+class Rows:
+    """A step's records as columns (``keys``, ``times``, ``index``: None when no later
+    step needs them). ``topic``: the source topic ``index`` points into."""
+
+    __slots__ = ("index", "keys", "times", "topic", "values")
+
+    def __init__(
+        self,
+        values: list[Any],
+        keys: list[bytes | None] | None = None,
+        times: list[int] | None = None,
+        index: list[int] | None = None,
+        topic: str | None = None,
+    ) -> None:
+        self.values = values
+        self.keys = keys
+        self.times = times
+        self.index = index
+        self.topic = topic
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def select(self, mask: Sequence[Any]) -> Rows:
+        def pick(column: list[Any] | None) -> list[Any] | None:
+            return None if column is None else list(compress(column, mask))
+
+        return Rows(
+            list(compress(self.values, mask)),
+            pick(self.keys),
+            pick(self.times),
+            pick(self.index),
+            self.topic,
+        )
+
+    def expand(self, parts: list[list[Any]]) -> Rows:
+        """Each record repeated once per value of its part (``flat_map``)."""
+        counts = list(map(len, parts))
+
+        def spread(column: list[Any] | None) -> list[Any] | None:
+            return (
+                None if column is None else list(chain.from_iterable(map(repeat, column, counts)))
+            )
+
+        return Rows(
+            list(chain.from_iterable(parts)),
+            spread(self.keys),
+            spread(self.times),
+            spread(self.index),
+            self.topic,
+        )
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def key_partition(key: bytes, partitions: int) -> int:
+    """The partition of a key, as Kafka's default partitioner gives it (cached)."""
+    return partition_for(key, partitions)
+
+
+def text_key(key: Any) -> str:
+    """A key a user function gave, as text (keys are text, written as UTF-8)."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bytes):
+        return key.decode("utf-8")
+    raise TypeError(f"a key must be text, not {type(key).__name__} ({key!r:.80})")
+
+
+def key_bytes(key: Any) -> bytes:
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    raise TypeError(f"a key must be text, not {type(key).__name__} ({key!r:.80})")
+
+
+def to_bytes(value: Any, value_type: ValueType[Any] | None) -> bytes | None:
+    """An output value as record bytes: bytes as they are, text as UTF-8, else with the
+    stream's value type (JSON when it has none)."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if value_type is not None:
+        return value_type.encode(value)
+    return orjson.dumps(value)
+
+
+def encode_stored(raw: bytes) -> Any:
+    """Record bytes as a JSON value: the text when it is UTF-8, else base64 in a list."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return ["b64", base64.b64encode(raw).decode()]
+
+
+def decode_stored(stored: Any) -> bytes:
+    if isinstance(stored, str):
+        return stored.encode("utf-8")
+    return base64.b64decode(stored[1])
+
+
+def fresh(value: Any) -> Any:
+    """A copy of a stored value that a user function may change in place."""
+    return orjson.loads(orjson.dumps(value))
+
+
+class Runner:
+    """The batch function of one compiled pipeline (see the module's docstring)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.context = plan.context
+        self.partitions = plan.context.partitions
+        self.max_bytes = plan.context.max_event_bytes
+        self._parsers: dict[str, Callable[[bytes | None, int], Any]] = {}
+        for root in plan.roots:
+            if root.kind == "source":
+                self._parsers[root.topic] = _parser(
+                    root.node.value_type, bool(root.node.params["tombstones"])
+                )
+
+    def __repr__(self) -> str:
+        return f"Runner({self.plan.name})"
+
+    def __call__(self, batch: Batch) -> None:
+        results: dict[int, Rows] = {}
+        extra: dict[int, Any] = {}
+        sources: dict[str, Rows] = {}
+        for root in self.plan.roots:
+            if root.kind == "source":
+                rows = self._source(batch, root)
+                sources[root.topic] = rows
+                results[root.node.id] = rows
+            else:
+                self._receive(batch, root)
+        for node in self.plan.steps:
+            if node.op in ("to", "aggregate"):
+                continue
+            results[node.id] = self._step(batch, node, results, extra, sources)
+        for sink in self.plan.sinks:
+            found = results.get(sink.node.parents[0].id)
+            if found is None:
+                continue
+            batch.counts[f"{self.plan.topology.name}.{sink.node.name}"] += len(found)
+            self._sink(batch, sink, found, sources)
+        for node in self.plan.steps:
+            found = results.get(node.id)
+            if found is not None:
+                batch.counts[f"{self.plan.topology.name}.{node.name}"] += len(found)
+
+    # -- sources ---------------------------------------------------------------------
+
+    def _source(self, batch: Batch, root: Root) -> Rows:
+        """A source topic's valid records as rows; the invalid ones dead-lettered when
+        this pipeline is the one that reports them."""
+        node, topic = root.node, root.topic
+        params = node.params
+        records = batch.of(topic)
+        parsed = batch.parsed(topic, self._parsers[topic], self.max_bytes, InvalidEvent)
+        need = self.plan.needs.get(node.id, frozenset())
+        key_field: str | None = params["key"]
+        ts_field: str | None = params["timestamp"]
+        report = topic in self.plan.dead_letters
+        simple = (
+            key_field is None and not need and not any(isinstance(v, InvalidEvent) for v in parsed)
+        )
+        if simple:
+            return Rows(list(parsed), topic=topic)
+        values: list[Any] = []
+        keys: list[bytes | None] = []
+        times: list[int] = []
+        index: list[int] = []
+        for i, (record, value) in enumerate(zip(records, parsed, strict=True)):
+            if isinstance(value, InvalidEvent):
+                if report:
+                    batch.dead_letter(record, value.reason)
+                continue
+            if key_field is not None and value is not None:
+                try:
+                    check_key(record.key, str(field_of(value, key_field)), key_field)
+                except InvalidEvent as error:
+                    if report:
+                        batch.dead_letter(record, error.reason)
+                    continue
+            values.append(value)
+            keys.append(record.key)
+            index.append(i)
+            if ts_field is None or value is None:
+                times.append(record.timestamp)
+            else:
+                times.append(int(field_of(value, ts_field)))
+        return Rows(
+            values,
+            keys if "keys" in need else None,
+            times if need & {"times", "index"} else None,
+            index if need & {"index", "times"} else None,
+            topic,
+        )
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def _step(
+        self,
+        batch: Batch,
+        node: Node,
+        results: dict[int, Rows],
+        extra: dict[int, Any],
+        sources: dict[str, Rows],
+    ) -> Rows:
+        op = node.op
+        params = node.params
+        rows = results[node.parents[0].id]
+        if op == "map":
+            return Rows(
+                list(map(params["fn"], rows.values)), rows.keys, rows.times, rows.index, rows.topic
+            )
+        if op == "filter":
+            if "branch" in params:
+                choice: list[int] = extra[node.parents[0].id]
+                index = params["branch"]
+                return rows.select([c == index for c in choice])
+            return rows.select(list(map(params["fn"], rows.values)))
+        if op == "flat_map":
+            fn = params["fn"]
+            if rows.keys is None and rows.times is None and rows.index is None:
+                return Rows(list(chain.from_iterable(map(fn, rows.values))), topic=rows.topic)
+            return rows.expand([list(fn(v)) for v in rows.values])
+        if op == "key_by":
+            keys: list[bytes | None] = [key_bytes(k) for k in map(params["fn"], rows.values)]
+            return Rows(rows.values, keys, rows.times, rows.index, rows.topic)
+        if op == "branch":
+            predicates = params["predicates"]
+            last = len(predicates)
+            extra[node.id] = [
+                next((n for n, p in enumerate(predicates) if p(v)), last) for v in rows.values
+            ]
+            return rows
+        if op == "join_global":
+            return self._join_global(node, rows)
+        if op == "join_table":
+            return self._join_table(batch, node, rows)
+        if op == "join_stream":
+            return self._join_stream(batch, node, results, sources)
+        raise AssertionError(f"unknown step {op}")
+
+    def _join_global(self, node: Node, rows: Rows) -> Rows:
+        params = node.params
+        table = self.context.global_tables[params["table"].name]
+        assert rows.times is not None
+        keys = list(map(params["key"], rows.values))
+        found = [table.get(k, t) for k, t in zip(keys, rows.times, strict=True)]
+        joiner = params["joiner"]
+        if params["how"] == "inner":
+            mask = [f is not None for f in found]
+            rows = rows.select(mask)
+            found = list(compress(found, mask))
+        return Rows(
+            list(map(joiner, rows.values, found)), rows.keys, rows.times, rows.index, rows.topic
+        )
+
+    def _join_table(self, batch: Batch, node: Node, rows: Rows) -> Rows:
+        params = node.params
+        view = batch.table(params["table"])
+        assert rows.keys is not None
+        found = [None if k is None else view.get(k) for k in rows.keys]
+        if params["how"] == "inner":
+            mask = [f is not None for f in found]
+            rows = rows.select(mask)
+            found = list(compress(found, mask))
+        values = list(map(params["joiner"], rows.values, found))
+        return Rows(values, rows.keys, rows.times, rows.index, rows.topic)
+
+    def _join_stream(
+        self, batch: Batch, node: Node, results: dict[int, Rows], sources: dict[str, Rows]
+    ) -> Rows:
+        """Both sides through the partition's join, in offset order per side; every
+        valid record of a side's topic moves that side's event time, whether or not a
+        filter took it out."""
+        params = node.params
+        buffer_name, index_name = join_tables(node)
+        join = PartitionJoin(params["window"], batch.table(buffer_name), batch.table(index_name))
+        left_node, right_node = node.parents
+        for side, side_node, key_fn in (
+            (LEFT, left_node, params["key"]),
+            (RIGHT, right_node, params["other_key"]),
+        ):
+            rows = results[side_node.id]
+            assert rows.topic is not None
+            assert rows.index is not None
+            assert rows.times is not None
+            source = sources[rows.topic]
+            assert source.index is not None
+            assert source.times is not None
+            records = batch.of(rows.topic)
+            value_type = side_node.value_type
+            hits = {
+                i: (k, v)
+                for i, k, v in zip(rows.index, rows.keys or repeat(None), rows.values, strict=False)
+            }
+            for i, ts in zip(source.index, source.times, strict=True):
+                offset = records[i].offset
+                hit = hits.get(i)
+                if hit is None:
+                    join.process(side, ts, offset, None)
+                    continue
+                record_key, value = hit
+                join_key = text_key(record_key) if key_fn is None else text_key(key_fn(value))
+                stored = [
+                    None if record_key is None else record_key.decode("utf-8", "replace"),
+                    encode_stored(value_type.encode(value)),
+                    ts,
+                ]
+                join.process(side, ts, offset, join_key, stored)
+        outcome = join.finish()
+        joiner = params["joiner"]
+        values: list[Any] = []
+        keys: list[bytes | None] = []
+        times: list[int] = []
+        left_type, right_type = left_node.value_type, right_node.value_type
+        for left, right in outcome.pairs:
+            values.append(joiner(self._decoded(left_type, left), self._decoded(right_type, right)))
+            keys.append(None if left[0] is None else left[0].encode("utf-8"))
+            times.append(max(int(left[2]), int(right[2])))
+        if params["how"] == "left":
+            for left in outcome.unmatched:
+                values.append(joiner(self._decoded(left_type, left), None))
+                keys.append(None if left[0] is None else left[0].encode("utf-8"))
+                times.append(int(left[2]))
+        return Rows(values, keys, times, None, None)
+
+    def _decoded(self, value_type: ValueType[Any], stored: list[Any]) -> Any:
+        return value_type.parse(decode_stored(stored[1]), 1 << 62)
+
+    # -- sinks -----------------------------------------------------------------------------
+
+    def _sink(self, batch: Batch, sink: Sink, rows: Rows, sources: dict[str, Rows]) -> None:
+        node = sink.node
+        if sink.kind == "to":
+            self._to(batch, node, rows)
+        elif sink.kind == "send":
+            self._send(batch, node, rows, sources)
+        else:
+            self._apply(batch, node, rows, sources)
+
+    def _to(self, batch: Batch, node: Node, rows: Rows) -> None:
+        params = node.params
+        topic = params["topic"]
+        key_fn, value_fn = params["key"], params["value"]
+        keys: Iterator[bytes | None]
+        if key_fn is None:
+            keys = iter(rows.keys or repeat(None))
+        else:
+            keys = (None if k is None else key_bytes(k) for k in map(key_fn, rows.values))
+        value_type = node.value_type if value_fn is None else None
+        values = rows.values if value_fn is None else list(map(value_fn, rows.values))
+        stamps: Iterator[int | None] = repeat(None)
+        if rows.index is not None and rows.topic is not None:
+            records = batch.of(rows.topic)
+            stamps = (records[i].timestamp for i in rows.index)
+        for key, value, stamp in zip(keys, values, stamps, strict=False):
+            batch.send(topic, key, to_bytes(value, value_type), timestamp_ms=stamp)
+
+    # -- aggregations ------------------------------------------------------------------------
+
+    def _grace_filter(
+        self, batch: Batch, node: Node, rows: Rows, sources: dict[str, Rows]
+    ) -> list[bool] | None:
+        """Per record, whether its windows may still take it; None when the window has
+        no grace. A record is too late for a window that ended ``grace`` or more before
+        its source partition's event time (the largest seen, itself included)."""
+        window = self.plan.window(node)
+        grace = None if window is None else window.grace_ms
+        if grace is None or window is None:
+            return None
+        assert rows.topic is not None
+        assert rows.index is not None
+        assert rows.times is not None
+        times = self._stream_times(batch, rows.topic, sources)
+        return [
+            all(window.end(start) + grace > times[i] for start in window.starts(t))
+            for i, t in zip(rows.index, rows.times, strict=True)
+        ]
+
+    def _stream_times(self, batch: Batch, topic: str, sources: dict[str, Rows]) -> dict[int, int]:
+        """Each source record's partition event time (the largest seen up to it), kept
+        across batches in the topology's state table."""
+        cache = batch.cache.setdefault(("stream-time", topic), {})
+        if cache.get("batch") is batch:
+            return cache["times"]  # type: ignore[no-any-return]
+        table = batch.table(state_table(self.plan.topology))
+        key = f"stream-time:{topic}".encode()
+        current = table.get(key)
+        source = sources[topic]
+        assert source.index is not None
+        assert source.times is not None
+        times: dict[int, int] = {}
+        for i, t in zip(source.index, source.times, strict=True):
+            current = t if current is None or t > current else current
+            times[i] = current
+        if current is not None:
+            table.put(key, current)
+        cache["batch"], cache["times"] = batch, times
+        return times
+
+    def _horizon(self, node: Node) -> int:
+        """Windows that end at or before this time (ms) have expired."""
+        return int(self.context.clock() * 1000) - self.plan.retention_ms(node)
+
+    def _send(self, batch: Batch, node: Node, rows: Rows, sources: dict[str, Rows]) -> None:
+        """The records grouped by their new key, sent to its repartition partition:
+        per batch one aggregate per key (and window) when the aggregation can merge,
+        else every value in order."""
+        params = node.params
+        aggregation: Aggregation = params["aggregation"]
+        window = self.plan.window(node)
+        late = self._grace_filter(batch, node, rows, sources)
+        if late is not None:
+            dropped = late.count(False)
+            if dropped:
+                batch.counts[f"{self.plan.topology.name}.{node.name}.late"] += dropped
+                rows = rows.select(late)
+        key_fn = params["key"]
+        new_keys: list[Any] = rows.values if key_fn is None else list(map(key_fn, rows.values))
+        items: list[list[Any]]
+        if aggregation.merge is None:
+            encode = node.parents[0].value_type.encode
+            times = rows.times or repeat(0)
+            items = [
+                [text_key(k), t, encode_stored(encode(v))]
+                for k, t, v in zip(new_keys, times, rows.values, strict=False)
+            ]
+            self._send_items(batch, node, VALUES, items)
+            return
+        if window is None:
+            items = [[k, a] for k, a in _combine(aggregation, new_keys, rows.values).items()]
+        elif isinstance(window, Session):
+            assert rows.times is not None
+            items = _sessions(aggregation, window.gap_ms, new_keys, rows.times, rows.values)
+        else:
+            assert rows.times is not None
+            windowed_keys: list[tuple[str, int]] = []
+            windowed_values: list[Any] = []
+            for k, t, v in zip(new_keys, rows.times, rows.values, strict=True):
+                for start in window.starts(t):
+                    windowed_keys.append((k, start))
+                    windowed_values.append(v)
+            combined = _combine(aggregation, windowed_keys, windowed_values)
+            items = [[k, start, a] for (k, start), a in combined.items()]
+        for item in items:
+            item[0] = text_key(item[0])
+        self._send_items(batch, node, COMBINED, items)
+
+    def _send_items(self, batch: Batch, node: Node, field: str, items: list[list[Any]]) -> None:
+        topic = self.plan.repartition_topic(node)
+        by_partition: dict[int, list[list[Any]]] = {}
+        partitions = self.partitions
+        for item in items:
+            partition = key_partition(item[0].encode("utf-8"), partitions)
+            found = by_partition.get(partition)
+            if found is None:
+                by_partition[partition] = [item]
+            else:
+                found.append(item)
+        for partition, part in sorted(by_partition.items()):
+            for piece in _chunks(part):
+                batch.send(topic, None, orjson.dumps({field: piece}), partition=partition)
+
+    def _receive(self, batch: Batch, root: Root) -> None:
+        """An aggregation's repartition records folded into its table."""
+        node = root.node
+        combined: list[list[Any]] = []
+        values: list[list[Any]] = []
+        for record in batch.of(root.topic):
+            document = orjson.loads(record.value or b"null")
+            if not isinstance(document, dict):
+                raise ValueError(f"a repartition record of {root.topic} is not an object")
+            combined.extend(document.get(COMBINED, ()))
+            values.extend(document.get(VALUES, ()))
+        if combined:
+            self._merge_into(batch, node, combined)
+        if values:
+            parse = node.parents[0].value_type.parse
+            keys = [k.encode("utf-8") for k, _t, _v in values]
+            times = [int(t) for _k, t, _v in values]
+            decoded = [parse(decode_stored(v), 1 << 62) for _k, _t, v in values]
+            self._fold(batch, node, Rows(decoded, keys, times))
+
+    def _apply(self, batch: Batch, node: Node, rows: Rows, sources: dict[str, Rows]) -> None:
+        """Records aggregated where they are (grouped by their own key)."""
+        late = self._grace_filter(batch, node, rows, sources)
+        if late is not None:
+            dropped = late.count(False)
+            if dropped:
+                batch.counts[f"{self.plan.topology.name}.{node.name}.late"] += dropped
+                rows = rows.select(late)
+        if rows.keys is not None and None in rows.keys:
+            keyed = [k is not None for k in rows.keys]
+            if rows.index is not None and rows.topic is not None:
+                records = batch.of(rows.topic)
+                for i, ok in zip(rows.index, keyed, strict=True):
+                    if not ok:
+                        batch.dead_letter(
+                            records[i],
+                            f"key: missing; {node.params['table']} groups records by their key",
+                        )
+            rows = rows.select(keyed)
+        window = self.plan.window(node)
+        aggregation: Aggregation = node.params["aggregation"]
+        if isinstance(window, Session):
+            assert rows.keys is not None
+            assert rows.times is not None
+            keys = [k.decode("utf-8") for k in rows.keys]  # type: ignore[union-attr]
+            items = _sessions(aggregation, window.gap_ms, keys, rows.times, rows.values)
+            self._merge_into(batch, node, items)
+            return
+        self._fold(batch, node, rows)
+
+    def _fold(self, batch: Batch, node: Node, rows: Rows) -> None:
+        """Each key's values (in order) folded into its stored aggregate, each key (and
+        window) read once and written once."""
+        table = batch.table(node.params["table"])
+        aggregation: Aggregation = node.params["aggregation"]
+        window = self.plan.window(node)
+        assert rows.keys is not None
+        if window is None:
+            groups = _group(rows.keys, rows.values)
+        else:
+            assert rows.times is not None
+            horizon, index = self._expiry(batch, node, table)
+            groups = {}
+            expired = 0
+            for k, t, v in zip(rows.keys, rows.times, rows.values, strict=True):
+                text = k.decode("utf-8")  # type: ignore[union-attr]
+                for start in window.starts(t):
+                    end = window.end(start)
+                    if end <= horizon:
+                        expired += 1
+                        continue
+                    table_k = table_key(window, text, start)
+                    found = groups.get(table_k)
+                    if found is None:
+                        groups[table_k] = [v]
+                        index.add(end, table_k)
+                    else:
+                        found.append(v)
+            if expired:
+                batch.counts[f"{self.plan.topology.name}.{node.name}.expired"] += expired
+        if aggregation.kind == "count":
+            for key, vs in groups.items():
+                table.put(key, int(table.get(key) or 0) + len(vs))
+        else:
+            adder, init = aggregation.adder, aggregation.initializer
+            for key, vs in groups.items():
+                text = _group_key(key, window)
+                stored = table.get_fresh(key)
+                state = init() if stored is None else stored
+                for v in vs:
+                    state = adder(text, v, state)
+                table.put(key, state)
+        if window is not None:
+            self._expire(batch, node, table)
+
+    def _merge_into(self, batch: Batch, node: Node, items: list[list[Any]]) -> None:
+        """Combined aggregates merged into the stored ones."""
+        table = batch.table(node.params["table"])
+        aggregation: Aggregation = node.params["aggregation"]
+        merge = aggregation.merge
+        assert merge is not None
+        window = self.plan.window(node)
+        if isinstance(window, Session):
+            self._merge_sessions(batch, node, table, window, items)
+            return
+        totals: dict[bytes, list[Any]] = {}
+        if window is None:
+            for key, partial in items:
+                _merge_total(totals, key.encode("utf-8"), key, partial, merge)
+        else:
+            horizon, index = self._expiry(batch, node, table)
+            expired = 0
+            for key, start, partial in items:
+                end = window.end(start)
+                if end <= horizon:
+                    expired += 1
+                    continue
+                table_k = table_key(window, key, start)
+                if table_k not in totals:
+                    index.add(end, table_k)
+                _merge_total(totals, table_k, key, partial, merge)
+            if expired:
+                batch.counts[f"{self.plan.topology.name}.{node.name}.expired"] += expired
+        if aggregation.kind in ("count", "sum"):
+            for table_k, (_text, partial) in totals.items():
+                stored = table.get(table_k)
+                table.put(table_k, partial if stored is None else stored + partial)
+        else:
+            for table_k, (text, partial) in totals.items():
+                stored = table.get_fresh(table_k)
+                table.put(table_k, partial if stored is None else merge(text, stored, partial))
+        if window is not None:
+            self._expire(batch, node, table)
+
+    def _merge_sessions(
+        self,
+        batch: Batch,
+        node: Node,
+        table: TableView,
+        window: Session,
+        items: list[list[Any]],
+    ) -> None:
+        """Each incoming session merged with the stored sessions of its key that lie
+        within the gap of it: they become one session, under a new key."""
+        merge = node.params["aggregation"].merge
+        gap = window.gap_ms
+        horizon, index = self._expiry(batch, node, table)
+        expired = 0
+        for key, start, end, partial in sorted(items, key=lambda item: (item[0], item[1])):
+            if end + 1 <= horizon:
+                expired += 1
+                continue
+            overlapping: list[tuple[int, int, bytes, Any]] = []
+            for stored_key, value in table.scan(key_prefix(key)):
+                found = parse_window_range(stored_key)
+                if found is None or found[0] != key:
+                    continue
+                s_start, s_end = found[1], round(found[2] * 1000)
+                if s_end + gap >= start and s_start - gap <= end:
+                    overlapping.append((s_start, s_end, stored_key, value))
+            total = partial
+            new_start, new_end = start, end
+            for s_start, s_end, stored_key, value in sorted(overlapping, key=lambda o: o[0]):
+                total = merge(key, value, total) if s_start <= start else merge(key, total, value)
+                new_start, new_end = min(new_start, s_start), max(new_end, s_end)
+                table.delete(stored_key)
+            new_key = session_key(key, new_start, new_end)
+            table.put(new_key, total)
+            index.add(new_end + 1, new_key)
+        if expired:
+            batch.counts[f"{self.plan.topology.name}.{node.name}.expired"] += expired
+        self._expire(batch, node, table)
+
+    def _expiry(self, batch: Batch, node: Node, table: TableView) -> tuple[int, WindowIndex]:
+        window = self.plan.window(node)
+        assert window is not None
+        index: WindowIndex = batch.cache.setdefault(
+            ("windows", node.params["table"]), WindowIndex(window)
+        )
+        if not index.loaded:
+            index.load(table)
+        return self._horizon(node), index
+
+    def _expire(self, batch: Batch, node: Node, table: TableView) -> None:
+        horizon, index = self._expiry(batch, node, table)
+        for key in index.expire(horizon):
+            table.delete(key)
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _parser(value_type: ValueType[Any], tombstones: bool) -> Callable[[bytes | None, int], Any]:
+    parse = value_type.parse
+    if not tombstones:
+        return parse
+
+    def parse_or_none(raw: bytes | None, max_bytes: int) -> Any:
+        return None if raw is None else parse(raw, max_bytes)
+
+    return parse_or_none
+
+
+def _group(keys: Sequence[bytes | None], values: Sequence[Any]) -> dict[Any, list[Any]]:
+    groups: dict[Any, list[Any]] = {}
+    for k, v in zip(keys, values, strict=True):
+        found = groups.get(k)
+        if found is None:
+            groups[k] = [v]
+        else:
+            found.append(v)
+    return groups
+
+
+def _group_key(key: bytes, window: AnyWindow | None) -> str:
+    """The key a user's function sees: the table key, or a window key's own key."""
+    if window is None:
+        return key.decode("utf-8")
+    found = parse_window_range(key)
+    assert found is not None
+    return found[0]
+
+
+def _combine(
+    aggregation: Aggregation, keys: Sequence[Any], values: Sequence[Any]
+) -> dict[Any, Any]:
+    """One aggregate per key of a batch's values (the aggregation can merge)."""
+    if aggregation.kind == "count":
+        return dict(Counter(keys))
+    if aggregation.kind == "sum" and aggregation.number is None:
+        sums: dict[Any, Any] = {}
+        for k, v in zip(keys, values, strict=True):
+            sums[k] = sums.get(k, 0) + v
+        return sums
+    adder, init = aggregation.adder, aggregation.initializer
+    states: dict[Any, Any] = {}
+    for k, v in zip(keys, values, strict=True):
+        state = states.get(k)
+        if state is None:
+            state = init()
+        states[k] = adder(k if isinstance(k, str) else k[0], v, state)
+    return states
+
+
+def _merge_total(
+    totals: dict[bytes, list[Any]],
+    table_k: bytes,
+    key: str,
+    partial: Any,
+    merge: Callable[[str, Any, Any], Any],
+) -> None:
+    found = totals.get(table_k)
+    if found is None:
+        totals[table_k] = [key, partial]
+    else:
+        found[1] = merge(key, found[1], partial)
+
+
+def _sessions(
+    aggregation: Aggregation,
+    gap: int,
+    keys: Sequence[Any],
+    times: Sequence[int],
+    values: Sequence[Any],
+) -> list[list[Any]]:
+    """A batch's records as sessions per key: ``[key, start, end, aggregate]``, records
+    at most ``gap`` apart in one session (in event-time order)."""
+    by_key: dict[str, list[tuple[int, int, Any]]] = {}
+    for n, (k, t, v) in enumerate(zip(keys, times, values, strict=True)):
+        by_key.setdefault(text_key(k), []).append((t, n, v))
+    adder, init, merge = aggregation.adder, aggregation.initializer, aggregation.merge
+    assert merge is not None
+    out: list[list[Any]] = []
+    for key, entries in by_key.items():
+        entries.sort(key=lambda e: (e[0], e[1]))
+        current: list[Any] | None = None
+        for t, _n, v in entries:
+            if current is not None and t - current[2] <= gap:
+                current[2] = t
+                current[3] = adder(key, v, current[3])
+                continue
+            if current is not None:
+                out.append(current)
+            current = [key, t, t, adder(key, v, init())]
+        if current is not None:
+            out.append(current)
+    return out
+
+
+def _chunks(items: list[list[Any]], limit: int = RECORD_BYTES) -> Iterator[list[list[Any]]]:
+    """``items`` in pieces whose JSON stays near ``limit`` bytes (one item may exceed it)."""
+    if len(items) < 256:
+        yield items
+        return
+    piece: list[list[Any]] = []
+    size = 16
+    for item in items:
+        cost = len(orjson.dumps(item)) + 1
+        if piece and size + cost > limit:
+            yield piece
+            piece, size = [], 16
+        piece.append(item)
+        size += cost
+    if piece:
+        yield piece
