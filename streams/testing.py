@@ -21,7 +21,6 @@ against, is the driver's (:meth:`TestDriver.advance`).
 from __future__ import annotations
 
 import asyncio
-import importlib
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,10 +33,11 @@ from sortedcontainers import SortedDict
 from core.topics import POSITION_KEY, dlq_topic, partition_for
 from core.values import to_json
 from streams.compile import compile_all
-from streams.topology import GlobalTable, Topology
+from streams.loading import collect, declared_by, flatten
+from streams.topology import Topology
 from tables.engine import TP, Engine, EngineFailure
-from tables.global_table import GlobalSpec, MemoryGlobalTable
-from tables.pipeline import ERROR_HEADER, Context, Output, Pipeline, Record, TableSpec
+from tables.global_table import MemoryGlobalTable
+from tables.pipeline import ERROR_HEADER, Context, Output, Pipeline, Record
 from tables.windows import parse_window_range, window_end_ms
 
 #: Where a cycle can crash: before Kafka takes anything; when Kafka has taken half of
@@ -329,16 +329,12 @@ class TestDriver:
         items: list[Any] = []
         for item in declared:
             items.extend(_declarations(item, self.context))
-        self.pipelines, global_tables = compile_all(items, self.context)
-        self.global_specs = {t.name: _global_spec(t) for t in global_tables}
-        for name, global_spec in self.global_specs.items():
+        self.loaded = collect(*compile_all(items, self.context))
+        self.pipelines = self.loaded.pipelines
+        for name, global_spec in self.loaded.globals.items():
             self.globals[name] = MemoryGlobalTable(global_spec, max_event_bytes)
-        specs: dict[str, TableSpec] = {}
-        for pipeline in self.pipelines:
-            for spec in pipeline.writes:
-                specs.setdefault(spec.name, spec)
-        self.specs = specs
-        self.tables = {name: MemoryTable(name, app_id, crash=self._crashes) for name in specs}
+        self.specs = self.loaded.tables
+        self.tables = {name: MemoryTable(name, app_id, crash=self._crashes) for name in self.specs}
         self._round_robin: dict[str, Iterator[int]] = {}
         self._crash_at: tuple[str, int] | None = None
         self._cycle = 0
@@ -517,28 +513,14 @@ class TestDriver:
 
 def _declarations(item: Declared, context: Context) -> list[Any]:
     if isinstance(item, str):
-        item = importlib.import_module(item)
+        return declared_by(item, context)
     if isinstance(item, ModuleType):
-        factory = getattr(item, "pipelines", None)
-        if not callable(factory):
-            raise ValueError(f"module {item.__name__} has no pipelines(context)")
-        item = factory
+        return declared_by(item.__name__, context)
     if isinstance(item, Topology | Pipeline):
         return [item]
     if callable(item):
         return flatten(item(context))
     raise TypeError(f"cannot run {item!r}: a Topology, a Pipeline or a pipeline module")
-
-
-def flatten(result: Any) -> list[Any]:
-    """What a ``pipelines(context)`` returned, as a list."""
-    if isinstance(result, Topology | Pipeline):
-        return [result]
-    return list(result)
-
-
-def _global_spec(table: GlobalTable) -> GlobalSpec:
-    return GlobalSpec(table.name, table.topic, table.value_type, table.key, table.versions)
 
 
 def _value_bytes(value: Any) -> bytes | None:
