@@ -29,6 +29,7 @@ RUN python ops/docker/requirements.py >/tmp/requirements.txt \
 COPY core ./core
 COPY app ./app
 COPY agents ./agents
+COPY streams ./streams
 COPY tables ./tables
 COPY api ./api
 COPY jobs ./jobs

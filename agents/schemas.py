@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
+from core.topics import TopicSpec, topic_specs
 from core.values import DEFAULT_MAX_BYTES, Model, parse_model
 
 TEXT_LINES = "text-lines"
@@ -22,6 +23,16 @@ ITEM_EVENTS = "item-events"
 PRODUCTS = "products"
 PAYMENTS = "payments"
 SETTLED_SALES = "settled-sales"
+#: The topics records of the demo come in through.
+SOURCE_TOPICS = (TEXT_LINES, ITEM_EVENTS, PRODUCTS, PAYMENTS)
+
+
+def demo_topic_specs(partitions: int, retention_ms: int) -> list[TopicSpec]:
+    """The demo's topics as a worker creates them (for tools that write before one runs):
+    its sources with their dead-letter topics, the corrections topic and the output."""
+    specs = topic_specs(SOURCE_TOPICS, (PRODUCTS,), partitions, retention_ms)
+    retained = {"retention.ms": str(retention_ms), "cleanup.policy": "delete"}
+    return [*specs, TopicSpec(SETTLED_SALES, partitions, retained)]
 
 NonEmpty = Annotated[str, Field(min_length=1, max_length=256)]
 EpochMs = Annotated[StrictInt, Field(ge=0, le=253_402_300_799_999)]  # up to year 9999

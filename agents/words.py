@@ -17,11 +17,20 @@ from streams import Context, Text, Topology
 WORD_COUNTS = "word_counts"
 
 _NON_WORD = re.compile(r"\W+")
+_ASCII_NON_WORD = re.compile(rb"\W+")
 
 
 def tokenize(line: str) -> Iterator[str]:
     """The words of a line, lowercased, in order."""
     return filter(None, _NON_WORD.split(line.lower()))
+
+
+def tokenize_bytes(raw: bytes) -> list[str]:
+    """The words of a UTF-8 encoded line; an ASCII line is split as bytes, with equal
+    tokens (a word character of ASCII text is one either way)."""
+    if raw.isascii():
+        return [token.decode() for token in _ASCII_NON_WORD.split(raw.lower()) if token]
+    return list(tokenize(raw.decode("utf-8")))
 
 
 def pipelines(context: Context) -> Topology:

@@ -25,7 +25,6 @@ from api.queries import Queries
 from api.routes import health, internal, metadata, metrics, tables, topics
 from api.routing import Routing, normalize_url
 from api.scans import Scans
-from core.topics import SOURCE_TOPICS
 from tables.faust_adapter import remove_static_members
 
 #: How often reads waiting for a position look at the standby copies again, in seconds.
@@ -50,7 +49,8 @@ def create_api(worker: Any) -> FastAPI:
         settings.topic_partitions,
         read_committed=settings.processing_guarantee == "exactly_once",
     )
-    positions = Positions(engine.lineage, settings.topic_partitions, SOURCE_TOPICS, ends)
+    inputs = worker.wiring.inputs
+    positions = Positions(engine.lineage, settings.topic_partitions, inputs, ends)
     waits = PositionWaits()
     hub = ChangeHub()
 
@@ -113,6 +113,7 @@ def create_api(worker: Any) -> FastAPI:
     api.state.hub = hub
     api.state.dead_members = dead
     api.state.producer = producer
+    api.state.inputs = inputs
     api.state.queries = queries = Queries(worker, peers, positions, waits)
     api.state.scans = Scans(queries)
     api.state.changes = Changes(queries, hub)
@@ -123,4 +124,5 @@ def create_api(worker: Any) -> FastAPI:
     api.add_middleware(LatencyMiddleware)
     for module in (health, tables, topics, metadata, internal, metrics):
         api.include_router(module.router)
+    api.include_router(topics.listing)
     return api

@@ -28,7 +28,7 @@ import orjson
 from api.errors import BadRequest, NoReplica, NotHeldHere
 from api.positions import Positions, ReadPosition
 from core.topics import POSITION_KEY
-from tables.windows import key_prefix, parse_window_key, window_key
+from tables.windows import AnyWindow, key_prefix, parse_window_range, window_end_ms
 
 #: Seconds between keep-alive comments on an idle stream.
 HEARTBEAT_S = 15.0
@@ -146,13 +146,14 @@ class ChangeHub:
                     sub.push(Change(changes[key], position))
 
 
-def change_frame(change: Change, position: ReadPosition, *, window_ms: int | None) -> bytes:
+def change_frame(change: Change, position: ReadPosition, *, window: AnyWindow | None) -> bytes:
     """The event for one change."""
     data: dict[str, Any] = {"value": None, "position": position.as_dict()}
     if change.window_key is not None:
-        parsed = parse_window_key(change.window_key)
-        if parsed is not None and window_ms is not None:
-            data["window"] = {"start": parsed[1], "end": parsed[1] + window_ms}
+        parsed = parse_window_range(change.window_key)
+        if parsed is not None and window is not None:
+            end = window_end_ms(window, parsed[1], parsed[2])
+            data["window"] = {"start": parsed[1], "end": end}
     if change.raw is None:
         return frame("absent", data, event_id(None))
     data["value"] = orjson.loads(change.raw)
@@ -165,7 +166,7 @@ async def events(
     position_of: Any,
     hub: ChangeHub,
     *,
-    window_ms: int | None,
+    window: AnyWindow | None,
 ) -> AsyncIterator[bytes]:
     """The stream of one subscription, starting with ``first`` (None: nothing to send
     first), ending with ``event: moved``."""
@@ -175,7 +176,7 @@ async def events(
         while True:
             change = await sub.next(HEARTBEAT_S)
             if change is not None:
-                yield change_frame(change, position_of(change.position), window_ms=window_ms)
+                yield change_frame(change, position_of(change.position), window=window)
             elif sub.moved:
                 yield frame("moved", {"detail": "the partition moved: reconnect"})
                 return
@@ -231,20 +232,19 @@ class Changes:
         def position_of(raw: bytes | None) -> ReadPosition:
             return positions.of(table, partition, raw)
 
-        window_ms = query.table.window_ms
+        window = query.table.window
         current = Change(None, copy.stored_position())
         if windowed:
             windows = copy.windows(query.key)
             if windows:
                 latest = windows[-1]
-                raw_key = window_key(query.key, latest.start)
-                current = Change(orjson.dumps(latest.value), current.position, raw_key)
+                current = Change(orjson.dumps(latest.value), current.position, latest.raw_key)
         else:
             current.raw = copy.db.get(query.raw)
         first: bytes | None = None
         if last_event_id is None or last_event_id != event_id(current.raw):
-            first = change_frame(current, position_of(current.position), window_ms=window_ms)
-        return events(sub, first, position_of, self.hub, window_ms=window_ms)
+            first = change_frame(current, position_of(current.position), window=window)
+        return events(sub, first, position_of, self.hub, window=window)
 
     async def _relay(self, upstream: Any) -> AsyncIterator[bytes]:
         try:

@@ -19,18 +19,19 @@ from faust.types import TP
 from api.routing import QueryTable
 from core.topics import POSITION_KEY
 from tables.faust_adapter import AssignedSets, internal_keys, partition_db, persisted_offset
-from tables.windows import key_prefix, name_prefix, parse_window_key
+from tables.windows import key_prefix, name_prefix, parse_window_range, window_end_ms
 
 Replica = Literal["active", "standby"]
 
 
 @dataclass(frozen=True)
 class Window:
-    """One tumbling window of a key: ``[start, end)`` in epoch milliseconds."""
+    """One window of a key: ``[start, end)`` in epoch milliseconds, and its table key."""
 
     start: int
     end: int
     value: Any
+    raw_key: bytes = b""
 
     def as_dict(self) -> dict[str, Any]:
         return {"start": self.start, "end": self.end, "value": self.value}
@@ -92,16 +93,17 @@ class LocalCopy:
         return items, len(keys) > limit
 
     def _windowed_items(self, seek: bytes) -> Iterator[tuple[str, Window]]:
-        window_ms = self.table.window_ms or 0
+        window = self.table.window
+        assert window is not None
         for raw_key, raw_value in self.db.items(from_key=seek):
             if not raw_key.startswith(seek):
                 break
-            parsed = parse_window_key(raw_key)
+            parsed = parse_window_range(raw_key)
             if parsed is None:
                 continue
-            name, start_ms = parsed
-            value = orjson.loads(raw_value)
-            yield name, Window(start_ms, start_ms + window_ms, value)
+            name, start_ms, end_s = parsed
+            end = window_end_ms(window, start_ms, end_s)
+            yield name, Window(start_ms, end, orjson.loads(raw_value), raw_key)
 
 
 def _start(window: Window) -> int:

@@ -41,9 +41,9 @@ BOUNDED_PATIENCE_S = 2 * PEER_RETRY_SECONDS
 
 
 @functools.lru_cache(maxsize=4096)
-def _decoded_token(text: str, app_id: str) -> Token:
+def _decoded_token(text: str, app_id: str, topics: frozenset[str]) -> Token:
     """A token read once: a client that wrote reads several keys with its token."""
-    return decode_token(text, app_id)
+    return decode_token(text, app_id, topics=topics)
 
 
 def encode_key(key: str) -> bytes:
@@ -220,7 +220,9 @@ def best_answer(answers: list[PeerAnswer | None]) -> PeerAnswer | None:
 
 
 def window_at(windows: list[Window], at: int) -> Window | None:
-    return next((w for w in windows if w.start <= at < w.end), None)
+    """The window holding ``at``; of overlapping (hopping) windows, the latest to start."""
+    holding = [w for w in windows if w.start <= at < w.end]
+    return max(holding, key=lambda w: w.start) if holding else None
 
 
 def windows_between(windows: list[Window], start: int, end: int) -> list[Window]:
@@ -272,7 +274,7 @@ class Queries:
         if table.kind == "global":
             raise BadRequest(f"consistent_with does not apply to the global table {table.name}")
         try:
-            decoded = _decoded_token(token, self.app_id)
+            decoded = _decoded_token(token, self.app_id, self.positions.sources)
         except TokenError as error:
             raise BadRequest(f"consistent_with: {error}") from None
         sources = self.positions.sources_of(table.name)
@@ -499,18 +501,18 @@ class Queries:
         return Answer(200, {**meta, "windows": [w.as_dict() for w in found]})
 
     def _read_global(self, query: KeyQuery) -> Answer:
-        catalog = self.worker.wiring.catalog
-        meta = self._meta(query, "global", catalog_lag(catalog, query.partition))
-        value = catalog.get(query.key)
+        copy = query.table.table
+        meta = self._meta(query, "global", global_lag(copy, query.partition))
+        value = copy.document(query.key)
         if value is None:
             return self._absent(query, meta)
         return Answer(200, {**meta, "value": value})
 
 
-def catalog_lag(catalog: Any, partition: int) -> int | None:
-    """Records of one products partition the worker's catalogue has not applied yet."""
+def global_lag(copy: Any, partition: int) -> int | None:
+    """Records of one partition of a global table's topic this worker has not applied."""
     try:
-        lag: int | None = catalog.partition_lag(partition)
-    except Exception:  # the catalogue has not fetched that partition yet
+        lag: int | None = copy.partition_lag(partition)
+    except Exception:  # the table's consumer has not fetched that partition yet
         return None
     return lag

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from core.topics import PRODUCTS
+from tables.windows import AnyWindow
 
 Kind = Literal["table", "windowed", "global"]
 
@@ -27,14 +27,14 @@ class QueryTable:
 
     name: str
     kind: Kind
-    #: The topic whose partitions hold the table: its changelog, or ``products``.
+    #: The topic whose partitions hold the table: its changelog, or a global table's topic.
     topic: str
     partitions: int
     standby_replicas: int
-    #: The faust table (the underlying one for a windowed table); None for ``products``.
+    #: The faust table; a global table's copy (tables/global_table.py) for a global one.
     table: Any
-    #: Window size in milliseconds, for windowed tables.
-    window_ms: int | None = None
+    #: The windows of a windowed table.
+    window: AnyWindow | None = None
 
 
 def query_tables(worker: Any) -> dict[str, QueryTable]:
@@ -49,16 +49,17 @@ def query_tables(worker: Any) -> dict[str, QueryTable]:
             partitions=int(table.partitions or worker.conf.topic_partitions),
             standby_replicas=int(worker.conf.table_standby_replicas),
             table=table,
-            window_ms=info.window_ms,
+            window=info.spec.window,
         )
-    found[PRODUCTS] = QueryTable(
-        name=PRODUCTS,
-        kind="global",
-        topic=PRODUCTS,
-        partitions=int(worker.settings.topic_partitions),
-        standby_replicas=0,
-        table=None,
-    )
+    for name, copy in worker.wiring.globals.items():
+        found[name] = QueryTable(
+            name=name,
+            kind="global",
+            topic=copy.spec.topic,
+            partitions=int(worker.settings.topic_partitions),
+            standby_replicas=0,
+            table=copy,
+        )
     return found
 
 

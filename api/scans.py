@@ -21,7 +21,7 @@ from api.errors import BadRequest
 from api.local import LocalCopy
 from api.peers import PeerAnswer, quote_segment
 from api.positions import ReadPosition
-from api.queries import Queries, catalog_lag
+from api.queries import Queries, global_lag
 from api.routing import QueryTable
 from core.topics import partition_for
 
@@ -212,17 +212,17 @@ class Scans:
     def _scan_global(
         self, table: QueryTable, prefix: str, after: str | None, limit: int
     ) -> dict[str, Any]:
-        catalog = self.queries.worker.wiring.catalog
+        copy = table.table
         raw_after = after.encode("utf-8") if after is not None else None
         keys = sorted(
-            (sku for sku in catalog.keys() if sku.startswith(prefix)),  # noqa: SIM118
-            key=lambda sku: sku.encode("utf-8"),
+            (key for key in copy.keys() if key.startswith(prefix)),  # noqa: SIM118
+            key=lambda key: key.encode("utf-8"),
         )
         keys = [k for k in keys if raw_after is None or k.encode("utf-8") > raw_after]
         pages: dict[int, PartitionPage] = {
-            p: PartitionPage(p, "global", catalog_lag(catalog, p)) for p in range(table.partitions)
+            p: PartitionPage(p, "global", global_lag(copy, p)) for p in range(table.partitions)
         }
-        for sku in keys[: limit + 1]:
-            partition = partition_for(sku.encode("utf-8"), table.partitions)
-            pages[partition].items.append({"key": sku, "value": catalog.get(sku)})
+        for key in keys[: limit + 1]:
+            partition = partition_for(key.encode("utf-8"), table.partitions)
+            pages[partition].items.append({"key": key, "value": copy.document(key)})
         return merge(table.name, prefix, pages, table.partitions, limit)

@@ -32,12 +32,29 @@ class TableDescription(BaseModel):
     name: str
     kind: Literal["table", "windowed", "global"]
     partitions: int
-    changelog_topic: str = Field(description="For products, the compacted source topic.")
+    changelog_topic: str = Field(description="For a global table, the topic it is kept from.")
     standby_replicas: int
+    window: dict[str, Any] | None = Field(
+        None,
+        description="A windowed table's windows: kind (tumbling, hopping or session), size_ms, "
+        "advance_ms, gap_ms, grace_ms, retention_ms as they apply.",
+    )
 
 
 class TableList(BaseModel):
     tables: list[TableDescription]
+
+
+class TopicDescription(BaseModel):
+    name: str
+    value_type: str = Field(description="How values are checked: text, json, bytes or a model.")
+    key_field: str | None = Field(description="The field of the value the key must equal.")
+    timestamp_field: str | None = Field(description="The field holding the event time (ms).")
+    tombstones: bool = Field(description="Whether a null value deletes the key.")
+
+
+class TopicList(BaseModel):
+    topics: list[TopicDescription]
 
 
 class ReadPosition(BaseModel):
@@ -47,7 +64,8 @@ class ReadPosition(BaseModel):
     applied: dict[str, dict[str, int]] = Field(
         description="Per source topic and partition that feeds this table partition, the "
         "first offset whose effect the copy does not hold yet (through the repartition "
-        "topics too: every text-lines partition feeds every word_counts partition)."
+        "topics too: every partition of a source re-keyed into a table feeds every "
+        "partition of that table)."
     )
     lag_records: int | None = Field(
         description="Records of the partition's inputs the copy has not applied "
@@ -163,13 +181,14 @@ class ProduceRecord(BaseModel):
 
     key: str | None = Field(
         None,
-        description="The record key (UTF-8). For item-events and payments null means the "
-        "value's store_id, for products its sku; any other key must equal it. text-lines "
-        "takes any key, or none.",
+        description="The record key (UTF-8). For a topic keyed by a field of its values "
+        "(GET /topics: key_field), null means that field and any other key must equal it; "
+        "other topics take any key, or none.",
     )
     value: Any = Field(
-        description="A JSON object as the topic's schema gives it; for text-lines the line "
-        "as a JSON string. A null value on products deletes the product named by the key."
+        description="A JSON value as the topic's type takes it: a JSON string for a text "
+        "topic, an object for a model. A null value deletes the record named by the key on "
+        "a topic that takes deletions (GET /topics: tombstones)."
     )
 
 
@@ -200,9 +219,9 @@ class Produced(BaseModel):
         json_schema_extra={
             "examples": [
                 {
-                    "topic": "item-events",
+                    "topic": "page-views",
                     "offsets": [{"partition": 3, "offset": 1041}],
-                    "token": "ATYAfesLaXRlbS1ldmVudHMBAAOSCABZuDbl",
+                    "token": "ATYAfesKcGFnZS12aWV3cwEAA5IIAMN-DlM",
                 }
             ]
         }

@@ -31,7 +31,6 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from core.topics import SOURCE_TOPICS
 
 VERSION = 1
 #: Text longer than this is refused unread: it is more than any 1,000-partition write
@@ -91,10 +90,10 @@ def encode_token(token: Token, app_id: str) -> str:
     return base64.urlsafe_b64encode(bytes(out)).rstrip(b"=").decode("ascii")
 
 
-def decode_token(text: str, app_id: str, *, topics: Collection[str] = SOURCE_TOPICS) -> Token:
+def decode_token(text: str, app_id: str, *, topics: Collection[str]) -> Token:
     """The token that :func:`encode_token` made for ``app_id``, or TokenError.
 
-    ``topics`` are the topics a token may name (the source topics by default).
+    ``topics`` are the topics a token may name: those records are written to.
     """
     raw = _unbase64(text)
     if raw[0] != VERSION:

@@ -7,7 +7,6 @@ faust --datadir DIR -A app.main worker -l info --web-host 127.0.0.1 --web-port 6
 from __future__ import annotations
 
 import gc
-import importlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,8 @@ from api.server import ApiServer, LegacyWebDisabled
 from core import topics
 from core.admin import ensure_topics
 from core.settings import Settings
-from tables.catalog import ProductCatalog
+from streams.corrections import corrections_pipeline
+from streams.loading import Loaded, load
 from tables.definitions import Tables, declare_tables
 from tables.engine import Engine
 from tables.faust_adapter import (
@@ -34,29 +34,23 @@ from tables.faust_adapter import (
     internal_channels,
     on_partitions_revoked,
 )
-from tables.pipeline import Context, Pipeline
+from tables.global_table import GlobalTableService
+from tables.pipeline import Context, Pipeline, SourceSpec
 
 APP_ID = "streamstate"
-
-#: The pipeline modules every worker runs, each with a ``pipelines(context)`` factory;
-#: ``STREAMSTATE_EXTRA_PIPELINES`` names more.
-PIPELINE_MODULES = (
-    "agents.words",
-    "agents.inventory",
-    "agents.sales",
-    "agents.settling",
-    "agents.products",
-    "agents.corrections",
-)
-
 
 @dataclass(frozen=True)
 class Wiring:
     """What the composition root built: what the query layer and the metrics read."""
 
     tables: Tables
-    catalog: ProductCatalog
+    #: every global table, by name
+    globals: dict[str, GlobalTableService]
+    #: every pipeline the engine runs, the corrections included
     pipelines: list[Pipeline]
+    loaded: Loaded
+    #: the topics records may be written to (POST /topics), with their declared types
+    inputs: dict[str, SourceSpec | None]
     engine: Engine
     connector: FaustConnector
 
@@ -79,8 +73,12 @@ class StreamstateApp(EngineApp):
             # collector's way for good, and the cycles' garbage collected less often.
             gc.freeze()
             gc.set_threshold(*self.settings.gc_thresholds)
+            loaded = self.wiring.loaded
             specs = topics.topic_specs(
-                self.settings.topic_partitions, self.settings.source_retention_ms
+                loaded.inputs,
+                [spec.topic for spec in loaded.globals.values()],
+                self.settings.topic_partitions,
+                self.settings.source_retention_ms,
             )
             specs += internal_topic_specs(
                 self, self.wiring.pipelines, {spec.name for spec in specs}
@@ -99,7 +97,7 @@ class StreamstateApp(EngineApp):
         conf.consumer_group_instance_id = instance or None
         deps = list(super().on_init_dependencies())
         if not (self.producer_only or self.client_only):
-            deps.append(self.wiring.catalog)
+            deps.extend(self.wiring.globals.values())
             deps.append(EngineService(self.wiring.engine, self.wiring.connector))
             deps.append(
                 StandbyFlusher(self, self.wiring.engine, self.settings.standby_flush_interval)
@@ -172,7 +170,7 @@ def internal_topic_specs(
     specs: dict[str, topics.TopicSpec] = {}
     for channel in channels:
         config = {str(k): str(v) for k, v in (channel.config or {}).items()}
-        if channel.compacting:
+        if channel.compacting and "cleanup.policy" not in config:
             config["cleanup.policy"] = "compact,delete" if channel.deleting else "compact"
         if channel.retention is not None:
             config["retention.ms"] = str(int(channel.retention * 1000))
@@ -196,51 +194,38 @@ def source_channel(app: faust.App, name: str) -> Any:
     )
 
 
-class PipelineModuleError(ValueError):
-    """A pipeline module cannot be loaded or declares something inconsistent."""
-
-
-def load_pipelines(modules: Sequence[str], context: Context) -> list[Pipeline]:
-    """The pipelines of each module, from its ``pipelines(context)`` factory."""
-    found: list[Pipeline] = []
-    for name in modules:
-        try:
-            module = importlib.import_module(name)
-        except ImportError as error:
-            message = f"pipeline module {name!r} cannot be imported: {error}"
-            raise PipelineModuleError(message) from error
-        factory = getattr(module, "pipelines", None)
-        if not callable(factory):
-            raise PipelineModuleError(f"pipeline module {name!r} has no pipelines(context)")
-        found.extend(factory(context))
-    names = [pipeline.name for pipeline in found]
-    if duplicates := sorted({n for n in names if names.count(n) > 1}):
-        raise PipelineModuleError(f"pipelines declared twice: {duplicates}")
-    return found
-
-
 def build(app: StreamstateApp, settings: Settings) -> Wiring:
-    """Declare the pipelines, their tables, and the engine that runs them."""
-    catalog = ProductCatalog(
-        bootstrap=settings.bootstrap_servers,
-        topic=topics.PRODUCTS,
-        path=Path(app.conf.datadir) / "catalog" / "products",
-    )
+    """Load the pipelines, declare their tables and global tables, and the engine that
+    runs them."""
+    global_tables: dict[str, GlobalTableService] = {}
     context = Context(
         partitions=settings.topic_partitions,
         max_event_bytes=settings.max_event_bytes,
         window_retention_ms=int(settings.window_retention_days * 86_400_000),
-        catalogue=catalog,
+        app_id=str(app.conf.id),
+        global_tables=global_tables,
     )
-    modules = [*PIPELINE_MODULES, *settings.extra_pipeline_modules]
-    pipelines = load_pipelines(modules, context)
+    loaded = load(settings.pipeline_modules, context)
+    for name, spec in loaded.globals.items():
+        global_tables[name] = GlobalTableService(
+            spec,
+            bootstrap=settings.bootstrap_servers,
+            path=Path(app.conf.datadir) / "globals" / name,
+            max_bytes=settings.max_event_bytes,
+        )
+    pipelines = list(loaded.pipelines)
+    corrections = corrections_pipeline(loaded.tables)
+    if corrections is not None:
+        pipelines.append(corrections)
     tables = declare_tables(app, settings, [spec for p in pipelines for spec in p.writes])
     exactly_once = settings.processing_guarantee == "exactly_once"
+
+    async def prepare() -> None:
+        for table in global_tables.values():
+            await table.wait_caught_up()
+
     connector = FaustConnector(
-        app,
-        bootstrap=settings.bootstrap_servers,
-        exactly_once=exactly_once,
-        prepare=catalog.wait_caught_up,
+        app, bootstrap=settings.bootstrap_servers, exactly_once=exactly_once, prepare=prepare
     )
     stores = tables.stores()
     connector.watch_tables([store.changelog_topic for store in stores.values()])
@@ -260,7 +245,8 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
         await on_partitions_revoked(engine)
 
     revoked.connect(on_revoked, weak=False)
-    return Wiring(tables, catalog, pipelines, engine, connector)
+    inputs = {topic: loaded.sources.get(topic) for topic in sorted(loaded.inputs)}
+    return Wiring(tables, global_tables, pipelines, loaded, inputs, engine, connector)
 
 
 settings = Settings()

@@ -26,7 +26,7 @@ from chaos.reader import TopicReader
 from chaos.truth import Truth
 from chaos.workload import MINUTE_MS, product_records
 from core.admin import ensure_topics
-from core.topics import topic_specs
+from agents.schemas import demo_topic_specs
 from tests.support.kafka import LocalKafka
 from tests.support.workers import Worker
 
@@ -80,7 +80,7 @@ class Session:
         self.work = work
         self.seed = seed
         self.clock = ClockPlan.for_run(active_s)
-        asyncio.run(ensure_topics(kafka.bootstrap, topic_specs(8, -1), replication))
+        asyncio.run(ensure_topics(kafka.bootstrap, demo_topic_specs(8, -1), replication))
         asyncio.run(_produce_products(kafka.bootstrap, product_records(self.clock.start_ms)))
         self.truth = Truth()
         self.readers = {

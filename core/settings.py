@@ -67,7 +67,10 @@ class Settings(BaseSettings):
     max_event_bytes: int = Field(64 * 1024, gt=0)
     #: A batch cycle takes at most this many records per fetch.
     source_fetch_max_records: int = Field(20_000, gt=0)
-    #: More pipeline modules to run, comma-separated (each with ``pipelines(context)``).
+    #: The pipeline modules to run, comma-separated: importable modules, each with a
+    #: ``pipelines(context)`` function (the worker and the nightly job load the same).
+    pipelines: str = "agents.words,agents.inventory,agents.sales,agents.settling"
+    #: More pipeline modules to run, comma-separated (added to ``pipelines``).
     extra_pipelines: str = ""
     #: How often standby updates are flushed to RocksDB, in seconds.
     standby_flush_interval: float = Field(0.5, gt=0)
@@ -81,7 +84,7 @@ class Settings(BaseSettings):
     #: allocates hundreds of thousands of short-lived objects, and CPython's defaults
     #: (700, 10, 10) spend a quarter of the worker's time collecting them.
     gc_thresholds: tuple[int, int, int] = (100_000, 50, 100)
-    #: Windows of sales_by_category are kept this long, in days.
+    #: Windowed tables keep a window this long by default, in days.
     window_retention_days: float = Field(7.0, gt=0)
     nightly_cron: str = "0 2 * * *"
     #: The Spark master the nightly job runs on (``spark://host:7077``, ``yarn``,
@@ -96,6 +99,12 @@ class Settings(BaseSettings):
     @property
     def extra_pipeline_modules(self) -> list[str]:
         return [name.strip() for name in self.extra_pipelines.split(",") if name.strip()]
+
+    @property
+    def pipeline_modules(self) -> list[str]:
+        """Every pipeline module to load, in order, each once."""
+        named = [name.strip() for name in self.pipelines.split(",") if name.strip()]
+        return list(dict.fromkeys([*named, *self.extra_pipeline_modules]))
 
     @property
     def bootstrap_servers(self) -> str:

@@ -1,26 +1,21 @@
 """Topic names and the configuration they are created with.
 
-The source topics are retained (unlimited by default, ``STREAMSTATE_SOURCE_RETENTION_MS``)
-because the nightly job recomputes the tables from them; ``products`` is compacted.
-Everything is keyed and valued with raw bytes: records are validated by the agents, so
-that a bad record reaches its dead-letter topic instead of being dropped by a decoder.
+The topics records come in through (the pipelines' sources) are retained, unlimited by
+default (``STREAMSTATE_SOURCE_RETENTION_MS``), because the nightly job recomputes the
+tables from them; a global table's topic is compacted. Everything is keyed and valued
+with raw bytes: records are validated by the pipelines, so that a bad record reaches
+its dead-letter topic instead of being dropped by a decoder.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiokafka.partitioner import murmur2
 
-TEXT_LINES = "text-lines"
-ITEM_EVENTS = "item-events"
-PRODUCTS = "products"
-PAYMENTS = "payments"
-SETTLED_SALES = "settled-sales"
+#: Where the nightly job's repairs go (applied by every worker: streams/corrections.py).
 CORRECTIONS = "corrections"
-
-SOURCE_TOPICS = (TEXT_LINES, ITEM_EVENTS, PRODUCTS, PAYMENTS)
-
 
 #: The key under which each table partition keeps its position (tables/positions.py), and
 #: the key of position records in repartition topics. Not valid UTF-8, so no table key
@@ -48,16 +43,17 @@ class TopicSpec:
     config: dict[str, str]
 
 
-def topic_specs(partitions: int, retention_ms: int) -> list[TopicSpec]:
-    """Every topic the pipelines read or write, besides faust's own internal topics."""
+def topic_specs(
+    inputs: Iterable[str], compacted: Iterable[str], partitions: int, retention_ms: int
+) -> list[TopicSpec]:
+    """The topics records come in through, with their dead-letter topics, and the
+    corrections topic: ``compacted`` ones (global tables' topics) compacted, the others
+    retained for ``retention_ms``."""
     retained = {"retention.ms": str(retention_ms), "cleanup.policy": "delete"}
-    compacted = {"cleanup.policy": "compact"}
-    specs = [TopicSpec(name, partitions, dict(retained)) for name in SOURCE_TOPICS]
-    specs[SOURCE_TOPICS.index(PRODUCTS)] = TopicSpec(PRODUCTS, partitions, compacted)
-    specs += [TopicSpec(dlq_topic(name), partitions, dict(retained)) for name in SOURCE_TOPICS]
-    specs += [
-        TopicSpec(SETTLED_SALES, partitions, dict(retained)),
-        TopicSpec(CORRECTIONS, partitions, dict(retained)),
-        TopicSpec(dlq_topic(CORRECTIONS), partitions, dict(retained)),
-    ]
+    compact = set(compacted)
+    specs = []
+    for name in sorted({*inputs, CORRECTIONS}):
+        config = {"cleanup.policy": "compact"} if name in compact else dict(retained)
+        specs.append(TopicSpec(name, partitions, config))
+        specs.append(TopicSpec(dlq_topic(name), partitions, dict(retained)))
     return specs

@@ -13,13 +13,14 @@ object with the methods of :class:`ValueType`.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -225,6 +226,37 @@ class Model(Generic[T]):
 
     def from_json(self, document: Any) -> bytes:
         return json_bytes(document)
+
+
+@dataclass(frozen=True)
+class Typed(Generic[T]):
+    """JSON validated as a Python type by pydantic, strictly: ``Typed(StrictInt)``."""
+
+    type: Any
+    name: str = "json"
+
+    def _adapter(self) -> TypeAdapter[Any]:
+        return _adapter(self.type)
+
+    def parse(self, raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> T:
+        raw = check_size(raw, max_bytes)
+        decode_utf8(raw)
+        try:
+            found: T = self._adapter().validate_json(raw, strict=True)
+        except ValidationError as error:
+            raise InvalidEvent(describe(error)) from None
+        return found
+
+    def encode(self, value: Any) -> bytes:
+        return self._adapter().dump_json(value)
+
+    def from_json(self, document: Any) -> bytes:
+        return json_bytes(document)
+
+
+@functools.lru_cache(maxsize=64)
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(kind)
 
 
 def field_of(value: Any, name: str) -> Any:

@@ -24,7 +24,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from core.admin import ensure_topics
-from core.topics import topic_specs
+from agents.schemas import demo_topic_specs
 
 CATEGORIES = {
     "produce": ["apples", "bananas", "carrots", "spinach", "tomatoes"],
@@ -108,7 +108,7 @@ async def run(
     """Produce until stopped (or ``count`` item events); return the item events sent."""
     rng = random.Random(seed)
     catalogue = Catalogue.build(rng)
-    await ensure_topics(bootstrap, topic_specs(partitions, retention_ms), replication_factor)
+    await ensure_topics(bootstrap, demo_topic_specs(partitions, retention_ms), replication_factor)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await producer.start()
     stop = asyncio.Event()

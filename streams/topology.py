@@ -17,9 +17,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from core.values import Bytes, Json, ValueType
+from pydantic import Field, StrictInt
+
+from core.values import Bytes, Json, Typed, ValueType
 from tables.join import JoinWindow
 from tables.windows import AnyWindow, Session
 
@@ -37,6 +39,11 @@ Op = Literal[
     "to",
     "aggregate",
 ]
+
+
+#: The values of count and sum tables, as a correction must give them.
+COUNT: Typed[int] = Typed(StrictInt, name="count")
+NUMBER: Typed[Any] = Typed(StrictInt | Annotated[float, Field(allow_inf_nan=False)], name="number")
 
 
 class TopologyError(ValueError):
@@ -457,7 +464,7 @@ class GroupedStream:
     def count(self, table: str, *, queryable: bool = True) -> Table:
         """How many records each key (and window) has had."""
         return self._aggregate(
-            table, Aggregation("count", _zero, _count_add, _sum_merge), queryable, None
+            table, Aggregation("count", _zero, _count_add, _sum_merge), queryable, COUNT
         )
 
     def sum(
@@ -471,7 +478,7 @@ class GroupedStream:
             return total + (value if number is None else number(value))
 
         return self._aggregate(
-            table, Aggregation("sum", _zero, add, _sum_merge, number), queryable, None
+            table, Aggregation("sum", _zero, add, _sum_merge, number), queryable, NUMBER
         )
 
     def reduce(

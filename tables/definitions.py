@@ -1,44 +1,25 @@
 """The tables of the pipelines, declared on a faust app.
 
 Every table lives in RocksDB (rocksdict) with a compacted changelog topic
-``streamstate-<table>-changelog`` and ``TABLE_STANDBY_REPLICAS`` standbys. The engine
+``<app id>-<table>-changelog`` and ``TABLE_STANDBY_REPLICAS`` standbys. The engine
 writes every table (``tables/engine.py``); faust restores them and keeps the standbys.
-Plain tables are keyed by the raw UTF-8 bytes of the source topics' keys, so a key's
-changelog partition is the murmur2 partition of its source records. The windowed table's
-keys are JSON ``[key, [start, end]]`` (``tables/windows.py``); its records are
-partitioned by the raw key.
+Keys and values are the changelog's bytes as the engine writes them: raw UTF-8 keys, so a
+key's changelog partition is the murmur2 partition of its records, and JSON values. A
+windowed table's keys are :mod:`tables.windows`' window keys; its changelog also
+deletes what is older than the windows' retention.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 import faust
 
 from core.settings import Settings
 from tables.faust_adapter import FaustTableStore, restore_counter
-from tables.pipeline import TableSpec
-from tables.windows import SALES_WINDOW_S
-
-TableKind = Literal["table", "windowed", "global"]
-
-WORD_COUNTS = "word_counts"
-INVENTORY = "inventory"
-SALES_BY_CATEGORY = "sales_by_category"
-UNSETTLED_SALES = "unsettled_sales"
-PRODUCTS = "products"
-
-
-#: The tables of the contract (``/tables``), each with its kind.
-CONTRACT_TABLES: dict[str, TableKind] = {
-    WORD_COUNTS: "table",
-    INVENTORY: "table",
-    SALES_BY_CATEGORY: "windowed",
-    UNSETTLED_SALES: "table",
-}
+from tables.pipeline import TableKind, TableSpec
 
 
 @dataclass(frozen=True)
@@ -47,10 +28,10 @@ class TableInfo:
 
     name: str
     kind: TableKind
-    #: the faust table (for a windowed table, the underlying one, with its window)
+    #: the faust table
     table: Any
-    #: window length in ms (windowed tables)
-    window_ms: int | None = None
+    #: the table's declaration (its window, for a windowed table)
+    spec: TableSpec
 
 
 @dataclass(frozen=True)
@@ -70,33 +51,21 @@ class Tables:
         return dict(self.queryable)
 
 
-def _options(app: faust.App, settings: Settings, name: str) -> dict[str, Any]:
-    # Keys and values are the changelog's bytes as the engine writes them (JSON values,
-    # raw or JSON keys): faust's recovery and standbys copy them into RocksDB without
-    # decoding, so no record the engine writes can fail to restore.
-    return {
-        "key_type": bytes,
-        "value_type": bytes,
-        "default": None,
-        "partitions": settings.topic_partitions,
-        "on_changelog_event": restore_counter(app, name),
-        "help": name,
-    }
-
-
 def _declare(app: faust.App, settings: Settings, spec: TableSpec) -> Any:
     config = dict(spec.changelog_config)
-    table: Any = app.Table(
-        spec.name, extra_topic_configs=config or None, **_options(app, settings, spec.name)
+    # Keys and values are the changelog's bytes as the engine writes them: faust's
+    # recovery and standbys copy them into RocksDB without decoding, so no record the
+    # engine writes can fail to restore.
+    return app.Table(
+        spec.name,
+        key_type=bytes,
+        value_type=bytes,
+        default=None,
+        partitions=settings.topic_partitions,
+        on_changelog_event=restore_counter(app, spec.name),
+        help=spec.name,
+        extra_topic_configs=config or None,
     )
-    if CONTRACT_TABLES.get(spec.name) == "windowed":
-        # Declared windowed for its changelog's retention (compact,delete, the windows'
-        # retention); the engine writes its window keys itself (tables/windows.py).
-        table = table.tumbling(
-            timedelta(seconds=SALES_WINDOW_S),
-            expires=timedelta(days=settings.window_retention_days),
-        ).table
-    return table
 
 
 def declare_tables(app: faust.App, settings: Settings, specs: Iterable[TableSpec]) -> Tables:
@@ -107,9 +76,6 @@ def declare_tables(app: faust.App, settings: Settings, specs: Iterable[TableSpec
     for spec in specs:
         if spec.name not in declared:
             declared[spec.name] = _declare(app, settings, spec)
-        if spec.queryable or spec.name in CONTRACT_TABLES:
-            table = declared[spec.name]
-            kind = CONTRACT_TABLES.get(spec.name, "table")
-            window_ms = round(table.window.size * 1000) if kind == "windowed" else None
-            queryable[spec.name] = TableInfo(spec.name, kind, table, window_ms)
+        if spec.queryable:
+            queryable[spec.name] = TableInfo(spec.name, spec.kind, declared[spec.name], spec)
     return Tables(declared, queryable)

@@ -10,8 +10,15 @@ JVM's defaults, as a deployment would.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+#: The tutorial's pipeline module lives outside the project's packages, as a user's
+#: would (docs/tutorial/): tests import it from there.
+TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "tutorial"
+sys.path.insert(0, str(TUTORIAL))
 
 #: Read by every ``java`` launcher of JDK 9 and later (each prints a note that it did).
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")

@@ -57,7 +57,7 @@ async def key_metadata(
     key: Annotated[str, Path(min_length=1, max_length=MAX_KEY_BYTES)],
 ) -> Any:
     """The partition of a key and the workers holding it, like Kafka Streams'
-    ``queryMetadataForKey``. For the global ``products`` table every worker answers:
+    ``queryMetadataForKey``. For a global table every worker answers:
     ``active`` is null and ``standbys`` empty."""
     query = queries.query(table, key, None, None, None)
     if table.kind == "global":

@@ -93,6 +93,7 @@ async def list_tables(queries: QueriesDep) -> TableList:
                 partitions=t.partitions,
                 changelog_topic=t.topic,
                 standby_replicas=t.standby_replicas,
+                window=None if t.window is None else t.window.describe(),
             )
             for t in queries.tables.values()
         ]

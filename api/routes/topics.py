@@ -26,9 +26,11 @@ from api.schemas import (
     Produced,
     ProduceRequest,
     RecordOffset,
+    TopicDescription,
+    TopicList,
 )
 from api.tokens import Token, encode_token
-from core.topics import SOURCE_TOPICS
+from tables.pipeline import SourceSpec
 
 #: Largest request body, in bytes.
 MAX_BODY_BYTES = 1024 * 1024
@@ -50,6 +52,9 @@ REFUSED = Counter(
     registry=REGISTRY,
 )
 REASONS = {401: "unauthorized", 404: "unknown-topic", 413: "too-large", 422: "invalid"}
+
+#: The topics records may be written to, each with its declared type (None: any value).
+Inputs = dict[str, SourceSpec | None]
 
 
 #: What a refused body may still send, and how long it may take, before the answer: a
@@ -96,7 +101,7 @@ async def _drain(stream: AsyncIterator[bytes]) -> None:
 
 
 def as_refusal(
-    error: RequestValidationError, body: bytes, topic: str, max_bytes: int
+    error: RequestValidationError, body: bytes, spec: SourceSpec | None, max_bytes: int
 ) -> QueryError:
     """FastAPI's body validation errors as this route's answers: 413 for too many
     records; else 422 naming the body's problem, or every bad record's index and reason
@@ -111,7 +116,7 @@ def as_refusal(
     if problems:
         return invalid(problems)
     # Only records are wrong, so the body is a JSON object with a list of records.
-    _, found = prepare(topic, json.loads(body)["records"], max_bytes)
+    _, found = prepare(spec, json.loads(body)["records"], max_bytes)
     return invalid(list(found))
 
 
@@ -124,15 +129,16 @@ class ProduceRoute(APIRoute):
 
         async def bounded(request: Request) -> Response:
             topic = request.path_params.get("topic", "")
-            label = topic if topic in SOURCE_TOPICS else "other"
+            inputs: Inputs = request.app.state.inputs
+            label = topic if topic in inputs else "other"
             try:
                 await authorize(request)
-                check_topic(topic)
+                check_topic(topic, inputs)
                 body = await read_bounded(request)
                 return await handler(Request(request.scope, _replay(body)))
             except RequestValidationError as error:
                 max_bytes = request.app.state.worker.settings.max_event_bytes
-                refusal = as_refusal(error, body, topic, max_bytes)
+                refusal = as_refusal(error, body, inputs[topic], max_bytes)
                 REFUSED.labels(label, REASONS[refusal.status]).inc()
                 raise refusal from None
             except QueryError as error:
@@ -142,9 +148,9 @@ class ProduceRoute(APIRoute):
         return bounded
 
 
-def check_topic(topic: str) -> None:
-    if topic not in SOURCE_TOPICS:
-        raise NotFound(f"{topic[:80]!r} is not a source topic: {', '.join(SOURCE_TOPICS)}")
+def check_topic(topic: str, inputs: Inputs) -> None:
+    if topic not in inputs:
+        raise NotFound(f"{topic[:80]!r} is not a source topic: {', '.join(sorted(inputs))}")
 
 
 def _replay(body: bytes) -> Callable[[], Coroutine[Any, Any, dict[str, Any]]]:
@@ -166,53 +172,37 @@ router = APIRouter(
     dependencies=[Depends(require_token)],
     route_class=ProduceRoute,
 )
+listing = APIRouter(prefix="/topics", tags=["topics"], dependencies=[Depends(require_token)])
+
+
+@listing.get("", response_model=TopicList, summary="The topics records may be written to")
+async def topics(request: Request) -> TopicList:
+    """Every topic the pipelines read that no pipeline writes, with the type its records
+    are checked with, the field its key must equal, and whether a null value deletes."""
+    inputs: Inputs = request.app.state.inputs
+    return TopicList(
+        topics=[
+            TopicDescription(
+                name=name,
+                value_type=spec.value.name if spec is not None else "bytes",
+                key_field=spec.key if spec is not None else None,
+                timestamp_field=spec.timestamp if spec is not None else None,
+                tombstones=bool(spec is not None and spec.tombstones),
+            )
+            for name, spec in sorted(inputs.items())
+        ]
+    )
 
 EXAMPLES = {
-    "text-lines": Example(
-        summary="text-lines: lines of text (any key, or none)",
+    "text": Example(
+        summary="a topic of text values (any key, or none)",
         value={"records": [{"key": None, "value": "the quick brown fox"}]},
     ),
-    "item-events": Example(
-        summary="item-events: a sale (a null key becomes the store_id)",
+    "json": Example(
+        summary="a topic of JSON objects keyed by one of their fields (a null key becomes it)",
         value={
             "records": [
-                {
-                    "key": None,
-                    "value": {
-                        "event_id": "e-1",
-                        "store_id": "store-01",
-                        "sku": "sku-7",
-                        "kind": "sale",
-                        "quantity": 2,
-                        "unit_price": 3.5,
-                        "ts": 1764000000000,
-                    },
-                }
-            ]
-        },
-    ),
-    "payments": Example(
-        summary="payments: the payment that settles sale e-1",
-        value={
-            "records": [
-                {
-                    "key": "store-01",
-                    "value": {
-                        "payment_id": "p-1",
-                        "sale_event_id": "e-1",
-                        "store_id": "store-01",
-                        "amount": 7.0,
-                        "ts": 1764000060000,
-                    },
-                }
-            ]
-        },
-    ),
-    "products": Example(
-        summary="products: a catalogue record (a null key becomes the sku)",
-        value={
-            "records": [
-                {"key": None, "value": {"sku": "sku-7", "name": "oat milk", "category": "dairy"}}
+                {"key": None, "value": {"user": "alice", "page": "/home", "ts": 1764000000000}}
             ]
         },
     ),
@@ -245,7 +235,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 )
 async def produce(
     topic: Annotated[
-        str, Path(description="A source topic: text-lines, item-events, payments or products.")
+        str, Path(description="A topic the pipelines read (GET /topics lists them).")
     ],
     body: Annotated[ProduceRequest, Body(openapi_examples=EXAMPLES)],
     request: Request,
@@ -258,8 +248,9 @@ async def produce(
     The answer gives each record's partition and offset, and a token naming the written
     positions.
     """
-    check_topic(topic)
-    ready, problems = prepare(topic, body.records, worker.settings.max_event_bytes)
+    inputs: Inputs = request.app.state.inputs
+    check_topic(topic, inputs)
+    ready, problems = prepare(inputs[topic], body.records, worker.settings.max_event_bytes)
     if problems:
         raise invalid(list(problems))
     producer: RecordProducer = request.app.state.producer

@@ -21,7 +21,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from core.admin import partitions_of
-from core.semantics import tokenize_bytes
+from agents.words import tokenize_bytes
 
 
 async def count(bootstrap: str, topic: str) -> dict[str, Any]:

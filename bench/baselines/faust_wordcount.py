@@ -15,7 +15,7 @@ from typing import Any
 
 import faust
 
-from core.semantics import tokenize_bytes
+from agents.words import tokenize_bytes
 
 APP_ID = "bench-faust-wordcount"
 

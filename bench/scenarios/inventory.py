@@ -18,7 +18,7 @@ from bench.scenarios import Outcome, runs
 from bench.scenarios.runs import Measured
 from bench.stats import instant_rates
 from bench.tables import project_tables, settled_pairs
-from core.topics import ITEM_EVENTS, PAYMENTS, PRODUCTS, SETTLED_SALES
+from agents.schemas import ITEM_EVENTS, PAYMENTS, PRODUCTS, SETTLED_SALES
 
 SALES_REPARTITION = "streamstate-sales_by_category-repartition"
 TABLES = ("inventory", "sales_by_category", "unsettled_sales")

@@ -20,7 +20,8 @@ from bench.procs import PROJECT_GROUP, Worker, run_module
 from bench.progress import Progress, watch_group
 from bench.stats import completion_rate, instant_rates, steady_rate
 from bench.tables import compare
-from core.topics import SETTLED_SALES, SOURCE_TOPICS, dlq_topic
+from agents.schemas import SETTLED_SALES, SOURCE_TOPICS
+from core.topics import dlq_topic
 
 MIB = 1024 * 1024
 T = TypeVar("T")

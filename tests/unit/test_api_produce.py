@@ -20,7 +20,8 @@ from api.metrics import REGISTRY
 from api.records import Outgoing
 from api.routes.topics import MAX_BODY_BYTES
 from api.tokens import Token, decode_token
-from core.semantics import InvalidEvent, check_key, parse_item_event
+from agents.schemas import SOURCE_TOPICS, ItemEvent
+from core.values import InvalidEvent, check_key, parse_model
 from core.topics import partition_for
 from tests.support import api as support
 from tests.support.api import APP_ID
@@ -133,7 +134,7 @@ def test_the_answer_gives_each_records_offset_in_order_and_a_token(
     last: dict[int, int] = {}
     for place in body["offsets"]:
         last[place["partition"]] = max(last.get(place["partition"], 0), place["offset"] + 1)
-    assert decode_token(body["token"], APP_ID) == Token("item-events", last)
+    assert decode_token(body["token"], APP_ID, topics=SOURCE_TOPICS) == Token("item-events", last)
 
 
 def test_a_product_tombstone_needs_its_key(client: TestClient, producer: FakeProducer) -> None:
@@ -170,7 +171,7 @@ def test_a_key_that_differs_from_the_sku_is_refused(client: TestClient) -> None:
 
 def test_a_text_line_is_a_string(client: TestClient) -> None:
     found = errors(post(client, "text-lines", [{"key": None, "value": {"line": "x"}}]))
-    assert found == {0: "value: a text line is a JSON string, not an object"}
+    assert found == {0: "value: a text value is a JSON string, not an object"}
 
 
 def test_an_event_over_the_size_limit_is_refused_as_the_stream_would() -> None:
@@ -214,7 +215,7 @@ def test_the_answer_counts_the_bad_records(client: TestClient) -> None:
     [
         ('{"records": [{"key": null, "value": "\\ud800"}]}', "value: not UTF-8"),
         ('{"records": [{"key": "\\udfff", "value": "line"}]}', "key: not UTF-8"),
-        ('{"records": [{"key": null, "value": NaN}]}', "value: a text line is a JSON string"),
+        ('{"records": [{"key": null, "value": NaN}]}', "value: a text value is a JSON string"),
     ],
 )
 def test_text_that_is_not_utf8_is_refused(client: TestClient, body: str, reason: str) -> None:
@@ -269,7 +270,7 @@ def test_the_api_accepts_an_item_event_exactly_when_the_stream_does(
     # The bytes a producer sends (the stdlib's JSON: integers of any size, as a client's).
     raw = json.dumps(value, separators=(",", ":")).encode()
     try:
-        event = parse_item_event(raw)
+        event = parse_model(ItemEvent, raw)
         check_key(key.encode() if key else event.store_id.encode(), event.store_id, "store_id")
         stream_accepts = True
     except InvalidEvent:
@@ -382,7 +383,7 @@ def test_the_produce_route_documents_its_body_answers_and_errors() -> None:
     operation = document["paths"][PRODUCE]["post"]
     body = operation["requestBody"]["content"]["application/json"]
     assert body["schema"] == {"$ref": "#/components/schemas/ProduceRequest"}
-    assert set(body["examples"]) == {"text-lines", "item-events", "payments", "products"}
+    assert set(body["examples"]) == {"text", "json"}
     responses = operation["responses"]
     assert set(responses) == {"200", "401", "404", "413", "422", "503"}
     schema = responses["422"]["content"]["application/json"]["schema"]
@@ -396,18 +397,21 @@ def test_the_produce_route_documents_its_body_answers_and_errors() -> None:
 def test_the_documented_answer_example_is_a_real_token() -> None:
     schemas = TestClient(make_api()).get("/openapi.json").json()["components"]["schemas"]
     [example] = schemas["Produced"]["examples"]
-    token = decode_token(example["token"], APP_ID)
+    token = decode_token(example["token"], APP_ID, topics={example["topic"]})
     assert token.topic == example["topic"]
     assert token == Token(
         example["topic"], {o["partition"]: o["offset"] + 1 for o in example["offsets"]}
     )
 
 
-@pytest.mark.parametrize("topic", ["text-lines", "item-events", "payments", "products"])
-def test_each_documented_request_example_is_accepted(topic: str) -> None:
-    api = make_api()
+@pytest.mark.parametrize(
+    ("example_name", "topic"), [("text", "text-lines"), ("json", "page-views")]
+)
+def test_each_documented_request_example_is_accepted(example_name: str, topic: str) -> None:
+    api = make_api(extra_pipelines="pageviews")  # the tutorial's pipeline: docs/tutorial/
     api.state.producer = FakeProducer()
     operation = TestClient(api).get("/openapi.json").json()["paths"][PRODUCE]["post"]
-    example = operation["requestBody"]["content"]["application/json"]["examples"][topic]
+    examples = operation["requestBody"]["content"]["application/json"]["examples"]
+    example = examples[example_name]
     answer = TestClient(api, headers=AUTH).post(f"/topics/{topic}/records", json=example["value"])
     assert answer.status_code == 200, answer.text

@@ -32,7 +32,7 @@ def test_changelog_table_keeps_the_last_value_and_applies_tombstones() -> None:
 
 def test_window_keys_become_category_at_window_start() -> None:
     start = 1_700_002_800_000
-    assert table_key("sales_by_category", window_key("dairy", start)) == f"dairy@{start}"
+    assert table_key("sales_by_category", window_key("dairy", start, 3600.0)) == f"dairy@{start}"
     assert table_key("sales_by_category", b"not a window") is None
     assert table_key("inventory", "störe".encode()) == "störe"
 

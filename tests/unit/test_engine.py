@@ -18,15 +18,21 @@ import orjson
 import pytest
 from sortedcontainers import SortedDict
 
-from agents.words import REPARTITION_TOPIC, pipelines
-from core.topics import POSITION_KEY, TEXT_LINES, dlq_topic
-from tables.definitions import WORD_COUNTS
+from agents import words
+from agents.schemas import TEXT_LINES
+from agents.words import WORD_COUNTS
+from core.settings import Settings
+from core.topics import POSITION_KEY, dlq_topic
+from streams.compile import compile_topology, repartition_topic
+from streams.corrections import corrections_pipeline
+from streams.loading import load
 from tables.engine import TP, Engine, EngineFailure, StoreFailure
 from tables.faust_adapter import StandbyFlusher
 from tables.pipeline import ERROR_HEADER, Batch, Context, Output, Pipeline, Record, TableSpec
 from tables.positions import Lineage, Position, encode_offsets
 
 PARTITIONS = 2
+REPARTITION_TOPIC = repartition_topic("streamstate", WORD_COUNTS)
 
 
 @dataclass
@@ -195,12 +201,17 @@ async def offer_next(
 
 def word_engine(connector: LogConnector, table: MemoryTable) -> Engine:
     return Engine(
-        pipelines(Context(PARTITIONS, max_event_bytes=1000, window_retention_ms=0)),
+        word_pipelines(),
         {WORD_COUNTS: table},
         connector,
         exactly_once=connector.exactly_once,
         partitions=PARTITIONS,
     )
+
+
+def word_pipelines() -> list[Pipeline]:
+    context = Context(PARTITIONS, max_event_bytes=1000, window_retention_ms=0)
+    return compile_topology(words.pipelines(context), context).pipelines
 
 
 def lines(log: Log, texts: Sequence[str]) -> Counter[bytes]:
@@ -266,17 +277,22 @@ def test_position_records_reach_no_batch_function_and_a_new_task_starts_from_the
 
 
 def test_the_lineage_names_each_tables_sources_and_how_they_reach_it() -> None:
-    from app.main import PIPELINE_MODULES, load_pipelines
-
-    context = Context(PARTITIONS, max_event_bytes=1000, window_retention_ms=0, catalogue=None)
-    lineage = Lineage.of(load_pipelines(PIPELINE_MODULES, context))
+    context = Context(PARTITIONS, max_event_bytes=1000, window_retention_ms=0)
+    loaded = load(Settings().pipeline_modules, context)
+    corrections = corrections_pipeline(loaded.tables)
+    assert corrections is not None
+    lineage = Lineage.of([*loaded.pipelines, corrections])
     assert lineage.sources("word_counts") == {"text-lines": "upstream", "corrections": "direct"}
     assert lineage.sources("inventory") == {"item-events": "direct", "corrections": "direct"}
     assert lineage.sources("sales_by_category") == {
         "item-events": "upstream",
         "corrections": "direct",
     }
-    assert lineage.sources("unsettled_sales") == {"item-events": "direct", "payments": "direct"}
+    assert lineage.sources("unsettled_sales") == {
+        "item-events": "direct",
+        "payments": "direct",
+        "corrections": "direct",
+    }
 
 
 def test_the_changelog_holds_the_tables_latest_values() -> None:

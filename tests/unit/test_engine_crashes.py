@@ -20,9 +20,9 @@ import orjson
 import pytest
 
 from agents import settling
-from agents.settling import SETTLING_BUFFER, SETTLING_INDEX
-from core.topics import ITEM_EVENTS, PAYMENTS, POSITION_KEY, SETTLED_SALES
-from tables.definitions import UNSETTLED_SALES
+from agents.schemas import ITEM_EVENTS, PAYMENTS, SETTLED_SALES
+from core.topics import POSITION_KEY
+from streams.compile import compile_topology
 from tables.engine import TP, Engine, EngineFailure
 from tables.pipeline import Context, Output
 from tests.unit.test_engine import (
@@ -229,12 +229,13 @@ def test_at_least_once_settling_loses_no_pair_when_kafka_takes_half_a_cycle(
     at_cycle: int,
 ) -> None:
     log, pairs = settling_log()
-    names = (SETTLING_BUFFER, SETTLING_INDEX, UNSETTLED_SALES)
     context = Context(PARTITIONS, max_event_bytes=10_000, window_retention_ms=0)
+    pipelines = compile_topology(settling.pipelines(context), context).pipelines
+    names = {spec.name for pipeline in pipelines for spec in pipeline.writes}
 
     def engine(connector: LogConnector, tables: dict[str, MemoryTable]) -> Engine:
         return Engine(
-            settling.pipelines(context),
+            pipelines,
             tables,
             connector,
             exactly_once=False,

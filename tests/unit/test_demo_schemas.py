@@ -1,10 +1,10 @@
-"""The shared semantics: tokens, validation, inventory arithmetic, windows."""
+"""The demo pipelines' records and rules: tokens, validation, inventory arithmetic,
+windows, and the fast readers that must agree with the schemas."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from typing import Any
 
 import orjson
@@ -12,29 +12,35 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.models import ItemEvent
-from core.semantics import (
-    HOUR_MS,
-    InvalidEvent,
-    add_sale,
-    add_to_inventory,
-    apply_inventory,
-    ascii_token_counts,
-    category_of,
-    check_key,
-    decode_text_line,
-    parse_item_event,
-    parse_payment,
-    parse_product,
+from agents.inventory import apply_event, empty_store, stock_change
+from agents.sales import HOUR, UNKNOWN_CATEGORY, categorized, merge_totals
+from agents.schemas import (
+    ITEM_EVENT,
+    PAYMENT,
+    PRODUCT,
+    ItemEvent,
+    Payment,
+    Product,
     read_item_event,
     read_payment,
-    sale_revenue,
-    stock_delta,
-    tokenize,
-    tokenize_bytes,
-    window_start,
-    working_inventory,
 )
+from agents.words import tokenize, tokenize_bytes
+from core.values import InvalidEvent, Text, check_key, parse_model
+from streams import Tumbling
+
+HOUR_MS = 3_600_000
+
+
+def parse_item_event(raw: bytes | None, max_bytes: int = 64 * 1024) -> ItemEvent:
+    return parse_model(ItemEvent, raw, max_bytes)
+
+
+def parse_payment(raw: bytes | None, max_bytes: int = 64 * 1024) -> Payment:
+    return parse_model(Payment, raw, max_bytes)
+
+
+def parse_product(raw: bytes | None, max_bytes: int = 64 * 1024) -> Product:
+    return parse_model(Product, raw, max_bytes)
 
 
 def sale(**fields: object) -> dict[str, object]:
@@ -65,8 +71,8 @@ def sale(**fields: object) -> dict[str, object]:
     ],
 )
 def test_tokenize_lowercases_and_splits_on_unicode_non_word(line: str, tokens: list[str]) -> None:
-    assert tokenize(line) == tokens
-    assert tokenize(line) == [t for t in re.split(r"\W+", line.lower()) if t]
+    assert list(tokenize(line)) == tokens
+    assert list(tokenize(line)) == [t for t in re.split(r"\W+", line.lower()) if t]
 
 
 @pytest.mark.parametrize(
@@ -74,33 +80,23 @@ def test_tokenize_lowercases_and_splits_on_unicode_non_word(line: str, tokens: l
     ["ASCII only, with_underscores and 42 digits!", "état straße ΣΟΦΙΑ", "tab\tand\nnewline", ""],
 )
 def test_tokenize_bytes_equals_tokenize_of_the_decoded_text(line: str) -> None:
-    assert tokenize_bytes(line.encode("utf-8")) == tokenize(line)
-
-
-def test_a_batch_of_ascii_lines_counts_the_tokens_of_each_line() -> None:
-    # Joined for one split: a token at the end of a line must not run into the next one.
-    lines = [b"end", b"start and end", b"", b"  -- ", b"x_1 X_1 09:30", b"end"]
-    want = Counter(t for line in lines for t in tokenize(line.decode()))
-    got = ascii_token_counts(lines)
-    assert {k.decode(): v for k, v in got.items()} == want
-    assert got[b"end"] == 3
-    assert b"" not in got
-    assert ascii_token_counts([]) == Counter()
+    assert tokenize_bytes(line.encode("utf-8")) == list(tokenize(line))
 
 
 def test_text_line_must_be_utf8_and_not_oversize() -> None:
-    assert decode_text_line("état".encode()) == "état"
+    assert Text.parse("état".encode()) == "état"
     with pytest.raises(InvalidEvent, match="not UTF-8"):
-        decode_text_line(b"\xff\xfeabc")
+        Text.parse(b"\xff\xfeabc")
     with pytest.raises(InvalidEvent, match="exceeds the limit"):
-        decode_text_line(b"x" * 101, max_bytes=100)
+        Text.parse(b"x" * 101, max_bytes=100)
     with pytest.raises(InvalidEvent, match="missing"):
-        decode_text_line(None)
+        Text.parse(None)
 
 
 def test_a_valid_sale_parses() -> None:
     event = parse_item_event(orjson.dumps(sale()))
     assert event == ItemEvent.model_validate(sale())
+    assert ITEM_EVENT.parse(orjson.dumps(sale()))[:7] == tuple(event.model_dump().values())
 
 
 @pytest.mark.parametrize(
@@ -135,14 +131,14 @@ def test_oversize_records_are_refused_before_parsing() -> None:
 
 
 def test_products_and_payments_validate() -> None:
-    product = parse_product(b'{"sku": "A-1", "name": "milk", "category": "dairy"}')
-    assert category_of(product) == "dairy"
-    payment = parse_payment(
+    product = PRODUCT.parse(b'{"sku": "A-1", "name": "milk", "category": "dairy"}')
+    assert product.category == "dairy"
+    payment = PAYMENT.parse(
         b'{"payment_id": "p", "sale_event_id": "e", "store_id": "s", "amount": 3, "ts": 5}'
     )
     assert payment.amount == 3.0
     with pytest.raises(InvalidEvent, match="category"):
-        parse_product(b'{"sku": "A-1", "name": "milk"}')
+        PRODUCT.parse(b'{"sku": "A-1", "name": "milk"}')
 
 
 def test_record_key_must_match_the_partitioning_field() -> None:
@@ -154,40 +150,31 @@ def test_record_key_must_match_the_partitioning_field() -> None:
 
 
 def test_sale_reduces_on_hand_restock_adds_adjust_is_signed() -> None:
-    restock = ItemEvent.model_validate(sale(kind="restock", quantity=10, unit_price=None, ts=1))
-    sold = ItemEvent.model_validate(sale(quantity=3, ts=3))
-    shrink = ItemEvent.model_validate(sale(kind="adjust", quantity=-2, unit_price=None, ts=2))
-    state = apply_inventory(None, restock)
-    state = apply_inventory(state, sold)
-    state = apply_inventory(state, shrink)
+    restock = read_item_event(orjson.dumps(sale(kind="restock", quantity=10, ts=1)))
+    sold = read_item_event(orjson.dumps(sale(quantity=3, ts=3)))
+    shrink = read_item_event(orjson.dumps(sale(kind="adjust", quantity=-2, ts=2)))
+    state = empty_store()
+    for event in (restock, sold, shrink):
+        state = apply_event("store-001", event, state)
     assert state == {"store_id": "store-001", "on_hand": {"DAI-0001": 5}, "updated_at": 3}
-    assert [stock_delta(e) for e in (restock, sold, shrink)] == [10, -3, -2]
+    assert [stock_change(e) for e in (restock, sold, shrink)] == [10, -3, -2]
 
 
-def test_apply_inventory_does_not_mutate_the_previous_state() -> None:
-    before = {"store_id": "store-001", "on_hand": {"DAI-0001": 1}, "updated_at": 1}
-    apply_inventory(before, ItemEvent.model_validate(sale()))
-    assert before["on_hand"] == {"DAI-0001": 1}
+def test_the_hour_window_is_the_hour_that_holds_the_time() -> None:
+    hour = Tumbling(HOUR)
+    assert hour.starts(0) == (0,)
+    assert hour.starts(HOUR_MS - 1) == (0,)
+    assert hour.starts(HOUR_MS) == (HOUR_MS,)
+    assert hour.starts(1_700_000_123_456) == (1_699_999_200_000,)
 
 
-def test_window_start_is_the_hour_that_holds_the_time() -> None:
-    assert window_start(0) == 0
-    assert window_start(HOUR_MS - 1) == 0
-    assert window_start(HOUR_MS) == HOUR_MS
-    assert window_start(1_700_000_123_456) == 1_699_999_200_000
-
-
-def test_sales_add_units_and_revenue() -> None:
-    event = ItemEvent.model_validate(sale(quantity=3, unit_price=2.5))
-    assert sale_revenue(event) == 7.5
-    total = add_sale(None, 3, 7.5)
-    assert add_sale(total, 1, 0.5) == {"units": 4, "revenue": 8.0}
-    assert add_sale({}, 1, 1.0) == {"units": 1, "revenue": 1.0}
-
-
-def test_unknown_sku_counts_as_unknown_category() -> None:
-    assert category_of(None) == "unknown"
-    assert category_of({"sku": "A", "name": "n", "category": "bakery"}) == "bakery"
+def test_a_sale_counts_its_units_and_revenue_under_its_category() -> None:
+    event = read_item_event(orjson.dumps(sale(quantity=3, unit_price=2.5)))
+    product = Product(sku="DAI-0001", name="milk", category="dairy")
+    assert categorized(event, product) == {"category": "dairy", "units": 3, "revenue": 7.5}
+    assert categorized(event, None)["category"] == UNKNOWN_CATEGORY == "unknown"
+    total = merge_totals("dairy", {"units": 3, "revenue": 7.5}, {"units": 1, "revenue": 0.5})
+    assert total == {"units": 4, "revenue": 8.0}
 
 
 # -- the stream's fast reading: the same verdicts as the pydantic schemas ---------------
@@ -303,19 +290,3 @@ def test_a_record_only_python_reads_is_kept_as_strict_json() -> None:
     assert event.event_id == "e-1"
     assert json.loads(event.json) == {**sale(), "note": None, "big": 2**70}
     assert orjson.loads(event.json)["note"] is None  # strict: orjson reads it
-
-
-def test_in_place_inventory_equals_the_pure_function() -> None:
-    changes = [("a", 2, 5), ("b", 1, 3), ("a", 3, 9)]
-    events = [read_item_event(orjson.dumps(sale(sku=s, quantity=q, ts=t))) for s, q, t in changes]
-    pure: dict[str, object] | None = None
-    working = working_inventory(None, "store-001")
-    for event in events:
-        pure = apply_inventory(pure, event)
-        add_to_inventory(working, event)
-    assert (
-        working == pure == {"store_id": "store-001", "on_hand": {"a": -5, "b": -1}, "updated_at": 9}
-    )
-    snapshot = orjson.dumps(pure)
-    add_to_inventory(working_inventory(pure, "store-001"), events[0])
-    assert orjson.dumps(pure) == snapshot  # the working copy shares nothing with it
