@@ -34,6 +34,7 @@ def demo_topic_specs(partitions: int, retention_ms: int) -> list[TopicSpec]:
     retained = {"retention.ms": str(retention_ms), "cleanup.policy": "delete"}
     return [*specs, TopicSpec(SETTLED_SALES, partitions, retained)]
 
+
 NonEmpty = Annotated[str, Field(min_length=1, max_length=256)]
 EpochMs = Annotated[StrictInt, Field(ge=0, le=253_402_300_799_999)]  # up to year 9999
 

@@ -8,6 +8,7 @@ per batch first, so a fetch of thousands of lines sends a few records per partit
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 
@@ -33,8 +34,25 @@ def tokenize_bytes(raw: bytes) -> list[str]:
     return list(tokenize(raw.decode("utf-8")))
 
 
+def words_of_lines(lines: list[str]) -> Iterator[str | bytes]:
+    """The words of a batch of lines, all together (a vectorized step): split as one text,
+    joined by spaces, which never join two words. ASCII lines are split as bytes, which
+    is about twice as fast and gives the same words (as bytes: the count's keys are text
+    either way)."""
+    ascii_lines = [line for line in lines if line.isascii()]
+    others = [line for line in lines if not line.isascii()] if len(ascii_lines) < len(lines) else []
+    words: list[Iterator[str | bytes]] = []
+    if ascii_lines:
+        joined = " ".join(ascii_lines).encode("ascii").lower()
+        words.append(filter(None, _ASCII_NON_WORD.split(joined)))
+    if others:
+        words.append(tokenize(" ".join(others)))
+    return itertools.chain.from_iterable(words)
+
+
 def pipelines(context: Context) -> Topology:
     topology = Topology("words")
     lines = topology.source(TEXT_LINES, Text)
-    lines.flat_map(tokenize, value_type=Text).group_by(name="by_word").count(WORD_COUNTS)
+    words = lines.flat_map(words_of_lines, vectorized=True, value_type=Text, name="words")
+    words.group_by(name="by_word").count(WORD_COUNTS)
     return topology

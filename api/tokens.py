@@ -31,7 +31,6 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-
 VERSION = 1
 #: Text longer than this is refused unread: it is more than any 1,000-partition write
 #: can need (see :func:`encode_token`).

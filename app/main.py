@@ -39,6 +39,7 @@ from tables.pipeline import Context, Pipeline, SourceSpec
 
 APP_ID = "streamstate"
 
+
 @dataclass(frozen=True)
 class Wiring:
     """What the composition root built: what the query layer and the metrics read."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from agents.schemas import demo_topic_specs
 from chaos.compare import Drift, Tables, drift
 from chaos.env import crashes, group, pid
 from chaos.lag import LagMonitor
@@ -26,7 +27,6 @@ from chaos.reader import TopicReader
 from chaos.truth import Truth
 from chaos.workload import MINUTE_MS, product_records
 from core.admin import ensure_topics
-from agents.schemas import demo_topic_specs
 from tests.support.kafka import LocalKafka
 from tests.support.workers import Worker
 

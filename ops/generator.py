@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from core.admin import ensure_topics
 from agents.schemas import demo_topic_specs
+from core.admin import ensure_topics
 
 CATEGORIES = {
     "produce": ["apples", "bananas", "carrots", "spinach", "tomatoes"],

@@ -4,12 +4,12 @@ aggregations into queryable tables, and outputs.
 A pipeline module has a ``pipelines(context)`` function that returns topologies (and,
 where a batch function fits better, ``tables.pipeline.Pipeline`` objects)::
 
-    from streams import Text, Topology, tokens
+    from streams import Text, Topology
 
     def pipelines(context):
         topology = Topology("words")
         lines = topology.source("lines", Text)
-        lines.flat_map(tokens).group_by().count("word_counts")
+        lines.flat_map(str.split).group_by().count("counts")
         return topology
 
 The worker compiles each topology into batch functions that its engine runs

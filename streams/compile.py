@@ -208,6 +208,12 @@ def _check(plan: Plan) -> None:
                             "a stream join's inputs must come straight from their source "
                             f"topics (map and filter only), not through {upstream.name!r}"
                         )
+        vectorized = node.op == "flat_map" and node.params.get("vectorized")
+        if vectorized and (needs := plan.needs.get(node.id)):
+            raise node.fail(
+                "a vectorized flat_map keeps no record's "
+                f"{' or '.join(sorted(needs))}, which a later step needs"
+            )
         window = node.params.get("window") if node.op == "aggregate" else None
         if window is not None and window.grace_ms is not None and _upstream_op(node, "join_stream"):
             raise node.fail("a window with a grace must not follow a stream join")

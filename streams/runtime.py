@@ -104,9 +104,10 @@ class Rows:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def key_partition(key: bytes, partitions: int) -> int:
-    """The partition of a key, as Kafka's default partitioner gives it (cached)."""
-    return partition_for(key, partitions)
+def text_partition(key: str, partitions: int) -> int:
+    """The partition of a text key, as Kafka's default partitioner gives it (cached:
+    keys recur)."""
+    return partition_for(key.encode("utf-8"), partitions)
 
 
 def text_key(key: Any) -> str:
@@ -168,9 +169,12 @@ class Runner:
         self._parsers: dict[str, Callable[[bytes | None, int], Any]] = {}
         for root in plan.roots:
             if root.kind == "source":
-                self._parsers[root.topic] = _parser(
-                    root.node.value_type, bool(root.node.params["tombstones"])
-                )
+                value_type: Any = root.node.value_type
+                tombstones = bool(root.node.params["tombstones"])
+                try:
+                    self._parsers[root.topic] = _parser(value_type, tombstones)
+                except TypeError:  # a value type that cannot be hashed: a parser of its own
+                    self._parsers[root.topic] = Parser(value_type, tombstones)
 
     def __repr__(self) -> str:
         return f"Runner({self.plan.name})"
@@ -215,7 +219,9 @@ class Runner:
         ts_field: str | None = params["timestamp"]
         report = topic in self.plan.dead_letters
         simple = (
-            key_field is None and not need and not any(isinstance(v, InvalidEvent) for v in parsed)
+            key_field is None
+            and not need
+            and not any(map(isinstance, parsed, repeat(InvalidEvent)))
         )
         if simple:
             return Rows(list(parsed), topic=topic)
@@ -264,17 +270,18 @@ class Runner:
         params = node.params
         rows = results[node.parents[0].id]
         if op == "map":
-            return Rows(
-                list(map(params["fn"], rows.values)), rows.keys, rows.times, rows.index, rows.topic
-            )
+            values = self._each(node, rows.values)
+            return Rows(values, rows.keys, rows.times, rows.index, rows.topic)
         if op == "filter":
             if "branch" in params:
                 choice: list[int] = extra[node.parents[0].id]
                 index = params["branch"]
                 return rows.select([c == index for c in choice])
-            return rows.select(list(map(params["fn"], rows.values)))
+            return rows.select(self._each(node, rows.values))
         if op == "flat_map":
             fn = params["fn"]
+            if params.get("vectorized"):
+                return Rows(list(fn(rows.values)), topic=rows.topic)
             if rows.keys is None and rows.times is None and rows.index is None:
                 return Rows(list(chain.from_iterable(map(fn, rows.values))), topic=rows.topic)
             return rows.expand([list(fn(v)) for v in rows.values])
@@ -295,6 +302,20 @@ class Runner:
         if op == "join_stream":
             return self._join_stream(batch, node, results, sources)
         raise AssertionError(f"unknown step {op}")
+
+    def _each(self, node: Node, values: list[Any]) -> list[Any]:
+        """A step's function over every value: one call per value, or one call for the
+        batch when the step is vectorized (it must give one result per value)."""
+        fn = node.params["fn"]
+        if not node.params.get("vectorized"):
+            return list(map(fn, values))
+        results = list(fn(values))
+        if len(results) != len(values):
+            raise ValueError(
+                f"{node.name}: a vectorized step gave {len(results)} results for "
+                f"{len(values)} values"
+            )
+        return results
 
     def _join_global(self, node: Node, rows: Rows) -> Rows:
         params = node.params
@@ -508,15 +529,15 @@ class Runner:
         by_partition: dict[int, list[list[Any]]] = {}
         partitions = self.partitions
         for item in items:
-            partition = key_partition(item[0].encode("utf-8"), partitions)
+            partition = text_partition(item[0], partitions)
             found = by_partition.get(partition)
             if found is None:
                 by_partition[partition] = [item]
             else:
                 found.append(item)
         for partition, part in sorted(by_partition.items()):
-            for piece in _chunks(part):
-                batch.send(topic, None, orjson.dumps({field: piece}), partition=partition)
+            for piece in _pieces(field, part):
+                batch.send(topic, None, piece, partition=partition)
 
     def _receive(self, batch: Batch, root: Root) -> None:
         """An aggregation's repartition records folded into its table."""
@@ -623,6 +644,15 @@ class Runner:
         if isinstance(window, Session):
             self._merge_sessions(batch, node, table, window, items)
             return
+        if window is None and aggregation.kind in ("count", "sum"):
+            sums: dict[str, Any] = {}
+            for key, partial in items:
+                sums[key] = sums.get(key, 0) + partial
+            for key, partial in sums.items():
+                raw = key.encode("utf-8")
+                stored = table.get(raw)
+                table.put(raw, partial if stored is None else stored + partial)
+            return
         totals: dict[bytes, list[Any]] = {}
         if window is None:
             for key, partial in items:
@@ -710,15 +740,27 @@ class Runner:
 # -- helpers ------------------------------------------------------------------------------
 
 
-def _parser(value_type: ValueType[Any], tombstones: bool) -> Callable[[bytes | None, int], Any]:
-    parse = value_type.parse
-    if not tombstones:
-        return parse
+class Parser:
+    """How a source's values are parsed: one record at a time, and (``many``) a whole
+    batch at a time where the value type can (``parse_many``). One per value type, so
+    that pipelines reading the same topic share its parsing in a cycle."""
 
-    def parse_or_none(raw: bytes | None, max_bytes: int) -> Any:
-        return None if raw is None else parse(raw, max_bytes)
+    def __init__(self, value_type: ValueType[Any], tombstones: bool) -> None:
+        self.value_type = value_type
+        self.tombstones = tombstones
+        parse_many = getattr(value_type, "parse_many", None)
+        if parse_many is not None and not tombstones:
+            self.many = parse_many
 
-    return parse_or_none
+    def __call__(self, raw: bytes | None, max_bytes: int) -> Any:
+        if raw is None and self.tombstones:
+            return None
+        return self.value_type.parse(raw, max_bytes)
+
+
+@functools.lru_cache(maxsize=256)
+def _parser(value_type: Any, tombstones: bool) -> Parser:
+    return Parser(value_type, tombstones)
 
 
 def _group(keys: Sequence[bytes | None], values: Sequence[Any]) -> dict[Any, list[Any]]:
@@ -807,19 +849,13 @@ def _sessions(
     return out
 
 
-def _chunks(items: list[list[Any]], limit: int = RECORD_BYTES) -> Iterator[list[list[Any]]]:
-    """``items`` in pieces whose JSON stays near ``limit`` bytes (one item may exceed it)."""
-    if len(items) < 256:
-        yield items
+def _pieces(field: str, items: list[list[Any]], limit: int = RECORD_BYTES) -> Iterator[bytes]:
+    """The repartition record values that carry ``items``, each near ``limit`` bytes or
+    less (halved until it is; a single item may exceed it)."""
+    value = orjson.dumps({field: items})
+    if len(value) <= limit or len(items) == 1:
+        yield value
         return
-    piece: list[list[Any]] = []
-    size = 16
-    for item in items:
-        cost = len(orjson.dumps(item)) + 1
-        if piece and size + cost > limit:
-            yield piece
-            piece, size = [], 16
-        piece.append(item)
-        size += cost
-    if piece:
-        yield piece
+    half = len(items) // 2
+    yield from _pieces(field, items[:half], limit)
+    yield from _pieces(field, items[half:], limit)

@@ -4,7 +4,7 @@ A :class:`Topology` is built once, at worker start, from calls such as::
 
     topology = Topology("words")
     lines = topology.source("lines", Text)
-    lines.flat_map(tokenize).group_by().count("word_counts")
+    lines.flat_map(str.split).group_by().count("counts")
 
 Nothing runs here: each call adds a node to the topology's graph and returns a handle
 to build on. :func:`streams.compile.compile_topology` turns the graph into the engine's
@@ -257,7 +257,6 @@ class Stream:
     def _then(
         self,
         op: Op,
-        label: str,
         fn: Any,
         name: str | None,
         value_type: ValueType[Any] | None = None,
@@ -275,30 +274,39 @@ class Stream:
         fn: Callable[[Any], Any],
         *,
         value_type: ValueType[Any] = Json,
+        vectorized: bool = False,
         name: str | None = None,
     ) -> Stream:
-        """Each value replaced by ``fn(value)``; the key stays."""
-        return Stream(self._then("map", "map", fn, name, value_type))
+        """Each value replaced by ``fn(value)``; the key stays. ``vectorized``: ``fn``
+        takes a batch's values (a list) and returns their results, one each, in order."""
+        return Stream(self._then("map", fn, name, value_type, vectorized=vectorized))
 
-    def filter(self, fn: Callable[[Any], Any], *, name: str | None = None) -> Stream:
-        """The records whose value ``fn`` finds true."""
-        return Stream(self._then("filter", "filter", fn, name))
+    def filter(
+        self, fn: Callable[[Any], Any], *, vectorized: bool = False, name: str | None = None
+    ) -> Stream:
+        """The records whose value ``fn`` finds true. ``vectorized``: ``fn`` takes a
+        batch's values (a list) and returns a truth value for each, in order."""
+        return Stream(self._then("filter", fn, name, vectorized=vectorized))
 
     def flat_map(
         self,
         fn: Callable[[Any], Any],
         *,
         value_type: ValueType[Any] = Json,
+        vectorized: bool = False,
         name: str | None = None,
     ) -> Stream:
         """Each value replaced by the values ``fn(value)`` yields (none or many); each
-        keeps the record's key and event time."""
-        return Stream(self._then("flat_map", "flat_map", fn, name, value_type))
+        keeps the record's key and event time. ``vectorized``: ``fn`` takes a batch's
+        values (a list) and returns every result of all of them, in one iterable; no
+        later step may then need the records' keys or times (a ``group_by`` that counts
+        the results may)."""
+        return Stream(self._then("flat_map", fn, name, value_type, vectorized=vectorized))
 
     def key_by(self, fn: Callable[[Any], str], *, name: str | None = None) -> Stream:
         """The records keyed by ``fn(value)`` (text): what ``to`` writes them with, and
         what ``group_by_key`` groups them by (through a repartition topic)."""
-        return Stream(self._then("key_by", "key_by", fn, name))
+        return Stream(self._then("key_by", fn, name))
 
     def branch(self, *predicates: Callable[[Any], Any], name: str | None = None) -> list[Stream]:
         """One stream per predicate and one for the rest: each record goes to the first

@@ -379,12 +379,16 @@ class Task:
             cache = self.caches[pipeline.name] = pipeline.cache()
         tables = {spec.name: views[spec.name].child() for spec in pipeline.writes}
         for name in pipeline.lookups:
-            tables[name] = views[name].child()
+            # Read as the cycle found it: what other pipelines write in this cycle would
+            # make the answer depend on how records fall into batches.
+            store = self.tables[name].partition(self.partition)
+            tables[name] = TableView(name, store, ordered=name in self._ordered)
         return Batch(pipeline.name, self.partition, records, tables, cache, self.parses)
 
     def _keep(self, batch: Batch) -> None:
         for view in batch.tables.values():
-            view.merge_into_parent()
+            if view.parent is not None:  # a lookup's view has nothing to take in
+                view.merge_into_parent()
         self.figures.events[batch.pipeline] += sum(len(rs) for rs in batch.records.values())
         if batch.counts:
             self.figures.steps.update(batch.counts)

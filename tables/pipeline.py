@@ -411,12 +411,16 @@ class Batch:
         if cached is not None and cached[0] is records:
             found: list[Any] = cached[1]
             return found
-        found = []
-        for record in records:
-            try:
-                found.append(parse(record.value, limit))
-            except refused as error:
-                found.append(error)
+        many = getattr(parse, "many", None)
+        if many is not None:  # one call for the batch (see core.values.ValueType)
+            found = many([record.value for record in records], limit)
+        else:
+            found = []
+            for record in records:
+                try:
+                    found.append(parse(record.value, limit))
+                except refused as error:
+                    found.append(error)
         self.parses[key] = (records, found)
         return found
 

@@ -5,9 +5,9 @@ changelog, the :class:`Position` of the task that writes it, under :data:`POSITI
 
 * ``applied``: per topic and partition, the first offset whose effect the partition does
   not hold yet. It names the table's direct inputs (the topics its pipelines read) and,
-  for a table fed through a repartition topic, the *source* topics upstream of it: the
-  word count's ``word_counts`` partition 3 holds ``text-lines`` up to some offset of each
-  of its partitions.
+  for a table fed through a repartition topic, the *source* topics upstream of it:
+  partition 3 of a table counted through a repartition topic holds each partition of
+  its source topic up to some offset.
 * ``upstream``: per repartition topic the table reads, the source offsets its records
   carried, so that a task that starts again knows them before the next record arrives.
 

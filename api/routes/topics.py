@@ -193,6 +193,7 @@ async def topics(request: Request) -> TopicList:
         ]
     )
 
+
 EXAMPLES = {
     "text": Example(
         summary="a topic of text values (any key, or none)",
@@ -234,9 +235,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     summary="Write records to a source topic",
 )
 async def produce(
-    topic: Annotated[
-        str, Path(description="A topic the pipelines read (GET /topics lists them).")
-    ],
+    topic: Annotated[str, Path(description="A topic the pipelines read (GET /topics lists them).")],
     body: Annotated[ProduceRequest, Body(openapi_examples=EXAMPLES)],
     request: Request,
     worker: Worker,

@@ -20,8 +20,8 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from core.admin import partitions_of
 from agents.words import tokenize_bytes
+from core.admin import partitions_of
 
 
 async def count(bootstrap: str, topic: str) -> dict[str, Any]:

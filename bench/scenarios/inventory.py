@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agents.schemas import ITEM_EVENTS, PAYMENTS, PRODUCTS, SETTLED_SALES
 from bench import data, kstreams
 from bench.config import Sizes
 from bench.kafka import BenchKafka, create_project_topics, produce
@@ -18,7 +19,6 @@ from bench.scenarios import Outcome, runs
 from bench.scenarios.runs import Measured
 from bench.stats import instant_rates
 from bench.tables import project_tables, settled_pairs
-from agents.schemas import ITEM_EVENTS, PAYMENTS, PRODUCTS, SETTLED_SALES
 
 SALES_REPARTITION = "streamstate-sales_by_category-repartition"
 TABLES = ("inventory", "sales_by_category", "unsettled_sales")

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from agents.schemas import SETTLED_SALES, SOURCE_TOPICS
 from bench import kstreams
 from bench.kafka import BenchKafka, create_project_topics, delete_topics, rewind_group
 from bench.kstreams import KStreamsApp
@@ -20,7 +21,6 @@ from bench.procs import PROJECT_GROUP, Worker, run_module
 from bench.progress import Progress, watch_group
 from bench.stats import completion_rate, instant_rates, steady_rate
 from bench.tables import compare
-from agents.schemas import SETTLED_SALES, SOURCE_TOPICS
 from core.topics import dlq_topic
 
 MIB = 1024 * 1024

@@ -26,9 +26,9 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
+from core.semantics import HOUR_MS, tokenize
 
 from core.admin import ensure_topics
-from core.semantics import HOUR_MS, tokenize
 from core.topics import TopicSpec, partition_for, topic_specs
 from jobs import compare, pyenv
 from jobs.recompute import EXIT_DIFFERS, EXIT_PREFLIGHT, EXIT_SAME, Options, run

@@ -18,12 +18,12 @@ from typing import Any
 
 import orjson
 import pytest
+from agents.corrections import window_key
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import murmur2
-
-from agents.corrections import window_key
-from core.admin import ensure_topics
 from core.semantics import HOUR_MS, tokenize
+
+from core.admin import ensure_topics
 from core.topics import topic_specs
 from jobs.cut import take_cut
 from jobs.recompute import EXIT_DIFFERS, EXIT_SAME, Options, run

@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from agents.words import tokenize
 from api.tokens import Token, encode_token
-from core.semantics import tokenize
 from tests.support.kafka import TEST_PORT, LocalKafka, local_kafka
 from tests.support.kafka_io import changelog_values, produce, wait_for
 from tests.support.workers import Worker
@@ -303,7 +303,7 @@ def test_every_word_of_a_written_line_is_in_the_answer_of_its_token(group: Group
     words = [f"w{uuid.uuid4().hex[:6]}" for _ in range(5)]
     line = " ".join(words)
     written = write(group.live()[0], "text-lines", [line])
-    for word in tokenize(line):
+    for word in list(tokenize(line)):
         status, body = call(group.live()[-1], token_path("word_counts", word, written["token"]))
         assert (status, body["value"]) == (200, 1)
 

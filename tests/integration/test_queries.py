@@ -20,7 +20,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from core.semantics import tokenize
+from agents.words import tokenize
 from core.topics import partition_for
 from tests.support.kafka import TEST_PORT, LocalKafka, local_kafka
 from tests.support.kafka_io import changelog_state, produce, wait_for
@@ -74,7 +74,7 @@ class Cluster:
 
 
 def expected_words() -> dict[str, int]:
-    return dict(Counter(token for line in LINES for token in tokenize(line)))
+    return dict(Counter(token for line in LINES for token in list(tokenize(line))))
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,9 @@ pytestmark = pytest.mark.integration
 #: test brokers listen below Linux's ephemeral port range (32768-60999), where a client
 #: connection can hold the port a broker binds.
 PORT = TEST_PORT + 3000
+#: The settling join's state: its buffer and its index (streams.compile.join_tables).
+SETTLING_BUFFER = "settling-settle-join-buffer"
+SETTLING_INDEX = "settling-settle-join-index"
 PARTITIONS = 8
 MIN = 60_000
 WINDOW = 10 * MIN
@@ -192,7 +195,7 @@ def watermarks(kafka: LocalKafka) -> dict[bytes, int]:
     names = {b"wl": "left", b"wr": "right"}
     return {
         f"{names[key]}:{partition}".encode(): int(value)
-        for partition, items in changelog_partitions(kafka.bootstrap, "settling_index").items()
+        for partition, items in changelog_partitions(kafka.bootstrap, SETTLING_INDEX).items()
         for key, value in items.items()
         if key in names
     }
@@ -207,7 +210,7 @@ def buffered(kafka: LocalKafka) -> dict[str, int]:
     """Records held on each side of the join, as the changelogs would restore them (the
     entries of the join's index)."""
     held = {"sales": 0, "payments": 0}
-    for items in changelog_partitions(kafka.bootstrap, "settling_index").values():
+    for items in changelog_partitions(kafka.bootstrap, SETTLING_INDEX).values():
         for key, entries in items.items():
             if key[:2] in (b"cl", b"cr"):
                 held["sales" if key[:2] == b"cl" else "payments"] += len(entries)
@@ -217,8 +220,8 @@ def buffered(kafka: LocalKafka) -> dict[str, int]:
 def assert_index_and_buffer_agree(kafka: LocalKafka) -> None:
     """Every record the index holds is in the buffer (read while the worker is idle: the
     two changelogs are read one after the other)."""
-    buffer = changelog_partitions(kafka.bootstrap, "settling_buffer")
-    for partition, items in changelog_partitions(kafka.bootstrap, "settling_index").items():
+    buffer = changelog_partitions(kafka.bootstrap, SETTLING_BUFFER)
+    for partition, items in changelog_partitions(kafka.bootstrap, SETTLING_INDEX).items():
         for key, entries in items.items():
             if key[:2] not in (b"cl", b"cr"):
                 continue

@@ -20,7 +20,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from agents.inventory import SALES_REPARTITION_TOPIC
+from agents.sales import SALES_BY_CATEGORY
+from streams.compile import repartition_topic
 from tests.support.kafka import LocalKafka, local_kafka
 from tests.support.kafka_io import (
     changelog_records,
@@ -178,7 +179,7 @@ def test_tables_equal_the_events_under_each_guarantee(
         # transaction markers of the repartition topic under exactly_once: lag 0.
         lag = lambda: group_lag(kafka.bootstrap, "streamstate")  # noqa: E731
         wait_for(lambda: all(n == 0 for n in lag().values()), 30)
-        assert SALES_REPARTITION_TOPIC in lag()
+        assert repartition_topic("streamstate", SALES_BY_CATEGORY) in lag()
         no_agent_crashed(worker)
     finally:
         worker.stop()
@@ -422,7 +423,7 @@ def test_three_workers_share_the_work_and_every_one_enriches_from_the_catalogue(
         want_inventory = expected_inventory(events)
         wait_for(lambda: changelog_state(kafka.bootstrap, "inventory") == want_inventory, 60)
         for worker in workers:
-            assert "catalog: caught up" in worker.log_text()
+            assert "global table products: caught up" in worker.log_text()
             no_agent_crashed(worker)
     finally:
         stop_workers(workers)

@@ -16,13 +16,13 @@ from fastapi.testclient import TestClient
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from agents.schemas import SOURCE_TOPICS, ItemEvent
 from api.metrics import REGISTRY
 from api.records import Outgoing
 from api.routes.topics import MAX_BODY_BYTES
 from api.tokens import Token, decode_token
-from agents.schemas import SOURCE_TOPICS, ItemEvent
-from core.values import InvalidEvent, check_key, parse_model
 from core.topics import partition_for
+from core.values import InvalidEvent, check_key, parse_model
 from tests.support import api as support
 from tests.support.api import APP_ID
 

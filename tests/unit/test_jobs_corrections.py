@@ -6,11 +6,11 @@ from datetime import timedelta
 
 import orjson
 import pytest
+from agents.corrections import parse_window_key, plan, window_key
+from core.semantics import HOUR_MS, InvalidEvent
 from faust.serializers import codecs
 from faust.windows import TumblingWindow
 
-from agents.corrections import parse_window_key, plan, window_key
-from core.semantics import HOUR_MS, InvalidEvent
 from tables.windows import window_key as table_window_key
 from tables.windows import window_range
 

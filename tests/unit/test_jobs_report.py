@@ -9,8 +9,8 @@ from typing import Any
 from xml.etree import ElementTree
 
 import pytest
-
 from core.semantics import HOUR_MS
+
 from jobs.compare import specs
 from jobs.cut import Cut
 from jobs.recompute import LIVE_POOL, STORES_POOL, WORDS_POOL, parse_args, summary

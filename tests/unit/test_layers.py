@@ -14,10 +14,11 @@ ROOT = Path(__file__).resolve().parents[2]
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "tables": {"core"},
-    "agents": {"tables", "core"},
+    "streams": {"tables", "core"},
+    "agents": {"streams", "tables", "core"},
     "api": {"tables", "core"},
-    "jobs": {"core"},
-    "app": {"api", "agents", "tables", "core"},
+    "jobs": {"streams", "tables", "core"},
+    "app": {"api", "streams", "tables", "core"},
 }
 
 

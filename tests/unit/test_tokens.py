@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agents.schemas import SOURCE_TOPICS
 from api.tokens import (
     MAX_OFFSET,
     MAX_PARTITION,
@@ -22,7 +23,6 @@ from api.tokens import (
     decode_token,
     encode_token,
 )
-from agents.schemas import SOURCE_TOPICS
 
 APP = "streamstate"
 

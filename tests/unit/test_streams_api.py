@@ -1,0 +1,377 @@
+"""The streams API, run in the test driver: steps, outputs, dead letters, aggregations,
+windows, joins, and the mistakes a declaration can make."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import orjson
+import pytest
+from pydantic import BaseModel
+
+from core.topics import partition_for
+from streams import (
+    Hopping,
+    JoinWindow,
+    Json,
+    Model,
+    Session,
+    Text,
+    Topology,
+    TopologyError,
+    Tumbling,
+)
+from streams.compile import repartition_topic
+from streams.testing import TestDriver
+
+T0 = 1_700_000_000_000
+MINUTE = 60_000
+
+
+class View(BaseModel):
+    user: str
+    page: str
+    ts: int
+
+
+class Account(BaseModel):
+    user: str
+    plan: str
+
+
+def view(user: str, ts: int, page: str = "/") -> dict[str, Any]:
+    return {"user": user, "page": page, "ts": ts}
+
+
+def views_topology() -> tuple[Topology, Any]:
+    topology = Topology("views")
+    return topology, topology.source("views", Model(View), key="user", timestamp="ts")
+
+
+# -- stateless steps and outputs ---------------------------------------------------------
+
+
+def test_map_filter_flat_map_and_branch_reach_their_outputs_keyed_as_declared() -> None:
+    topology = Topology("t")
+    lines = topology.source("lines", Text)
+    words = lines.flat_map(str.split, value_type=Text).map(str.upper, value_type=Text)
+    short, long_ = words.filter(lambda w: w != "THE").branch(lambda w: len(w) <= 3)
+    short.to("short", key=lambda w: w)
+    long_.to("long", key=lambda w: w[0], value=lambda w: {"word": w})
+    driver = TestDriver(topology, partitions=3)
+    driver.produce("lines", "the fox jumps over the dog")
+    driver.run()
+    assert sorted(r.value for r in driver.outputs("short")) == [b"DOG", b"FOX"]
+    long_words = driver.outputs("long")
+    assert sorted(r.json()["word"] for r in long_words) == ["JUMPS", "OVER"]
+    for record in long_words:  # keyed records go to their key's partition
+        assert record.key is not None
+        assert record.partition == partition_for(record.key, 3)
+
+
+def test_outputs_keep_the_record_timestamp_of_their_source_record() -> None:
+    topology, views = views_topology()
+    views.map(lambda v: v.page, value_type=Text).to("pages")
+    driver = TestDriver(topology, partitions=2)
+    driver.produce("views", view("ann", T0 + 5 * MINUTE), key="ann", timestamp=T0 - 1)
+    driver.run()
+    [page] = driver.outputs("pages")
+    assert (page.key, page.value, page.timestamp) == (b"ann", b"/", T0 - 1)
+
+
+def test_invalid_records_go_to_the_dead_letter_topic_with_the_reason_once() -> None:
+    topology, views = views_topology()
+    views.group_by_key().count("per_user")
+    views.to("copy")
+    driver = TestDriver(topology, partitions=1)
+    driver.produce("views", view("ann", T0), key="ann")
+    driver.produce("views", b"{not json", key="ann")
+    driver.produce("views", view("bob", T0), key="ann")
+    driver.produce("views", {"user": "ann", "page": "/"}, key="ann")
+    driver.run()
+    reasons = [d.reason for d in driver.dead_letters("views")]
+    assert len(reasons) == 3  # two pipelines read the topic: each record reported once
+    assert "Invalid JSON" in reasons[0]
+    assert reasons[1] == "key: 'ann' does not match user 'bob'"
+    assert reasons[2] == "ts: Field required"
+    assert [d.source_offset for d in driver.dead_letters("views")] == [1, 2, 3]
+    assert driver.table("per_user") == {"ann": 1}
+    assert len(driver.outputs("copy")) == 1
+
+
+def test_a_record_whose_step_raises_is_dead_lettered_and_the_rest_take_effect() -> None:
+    topology = Topology("t")
+    numbers = topology.source("numbers", Json)
+    numbers.map(lambda n: 100 // n, name="divide").group_by(lambda n: "all").sum("total")
+    driver = TestDriver(topology, partitions=1)
+    driver.produce_many("numbers", [1, 2, 0, 4, 5])
+    driver.run()
+    assert driver.table("total") == {"all": 100 + 50 + 25 + 20}
+    [dead] = driver.dead_letters("numbers")
+    assert dead.value == b"0"
+    assert dead.reason == "processing failed: ZeroDivisionError: integer division or modulo by zero"
+
+
+# -- aggregations ------------------------------------------------------------------------
+
+
+def test_counts_cross_the_repartition_topic_combined_per_batch() -> None:
+    topology = Topology("t")
+    topology.source("lines", Text).flat_map(str.split, value_type=Text).group_by().count("words")
+    driver = TestDriver(topology, partitions=4, fetch_records=1000)
+    driver.produce_many("lines", ["a b a", "b c", "a"] * 100)
+    driver.run()
+    assert driver.table("words") == {"a": 300, "b": 200, "c": 100}
+    topic = repartition_topic("streamstate", "words")
+    data = [r for r in driver.outputs(topic)]
+    items = [item for r in data for item in orjson.loads(r.value or b"{}")["combined"]]
+    # combined: far fewer items than the 600 words, each in its key's partition
+    assert len(items) < 60
+    for record in data:
+        for key, _count in orjson.loads(record.value or b"{}")["combined"]:
+            assert record.partition == partition_for(key.encode(), 4)
+
+
+def test_sum_reduce_and_aggregate_with_merge_agree_with_a_plain_fold() -> None:
+    topology = Topology("t")
+    sales = topology.source("sales", Json)
+    sales.group_by(lambda s: s["shop"]).sum("revenue", lambda s: s["amount"])
+    sales.group_by(lambda s: s["shop"], name="by_shop").reduce(
+        "largest", lambda a, b: a if a["amount"] >= b["amount"] else b
+    )
+    sales.group_by(lambda s: s["shop"], name="stats").aggregate(
+        "stats",
+        lambda: {"n": 0, "items": []},
+        lambda shop, s, agg: {"n": agg["n"] + 1, "items": sorted([*agg["items"], s["item"]])},
+        merge=lambda shop, a, b: {"n": a["n"] + b["n"], "items": sorted(a["items"] + b["items"])},
+    )
+    records = [{"shop": f"s{i % 3}", "amount": i, "item": f"i{i}"} for i in range(60)]
+    driver = TestDriver(topology, partitions=4, fetch_records=7)
+    driver.produce_many("sales", records)
+    driver.run()
+    assert driver.table("revenue") == {f"s{k}": sum(range(k, 60, 3)) for k in range(3)}
+    largest = driver.table("largest")
+    assert {shop: v["amount"] for shop, v in largest.items()} == {"s0": 57, "s1": 58, "s2": 59}
+    stats = driver.table("stats")
+    assert stats["s1"] == {"n": 20, "items": sorted(f"i{i}" for i in range(1, 60, 3))}
+
+
+def test_an_aggregate_without_merge_folds_each_value_in_order_of_its_partition() -> None:
+    topology = Topology("t")
+    events = topology.source("events", Json)
+    events.group_by(lambda e: e["key"]).aggregate(
+        "history", list, lambda key, e, seen: [*seen, e["n"]]
+    )
+    driver = TestDriver(topology, partitions=3, fetch_records=4)
+    for n in range(30):
+        driver.produce("events", {"key": "k", "n": n}, partition=0)
+    driver.run()
+    assert driver.table("history") == {"k": list(range(30))}
+
+
+def test_grouping_by_the_record_key_needs_no_repartition_and_a_keyless_record_is_refused() -> None:
+    topology, views = views_topology()
+    views.group_by_key().aggregate("pages", list, lambda user, v, pages: [*pages, v.page])
+    raw = Topology("raw")
+    raw.source("plain", Json).group_by_key().count("per_key")
+    driver = TestDriver(topology, raw, partitions=2)
+    for n in range(4):
+        driver.produce("views", view("ann", T0 + n, f"/{n}"), key="ann")
+    driver.produce("plain", {"x": 1}, key="k")
+    driver.produce("plain", {"x": 2})
+    driver.run()
+    assert driver.table("pages") == {"ann": ["/0", "/1", "/2", "/3"]}
+    assert not [p for p in driver.pipelines if "repartition" in p.name]
+    assert driver.table("per_key") == {"k": 1}
+    [dead] = driver.dead_letters("plain")
+    assert dead.reason == "key: missing; per_key groups records by their key"
+
+
+# -- windows ---------------------------------------------------------------------------------
+
+
+def test_tumbling_windows_count_by_event_time_and_expire_on_the_wall_clock() -> None:
+    topology, views = views_topology()
+    views.group_by_key().window_by(Tumbling(5 * MINUTE, retention=60 * MINUTE)).count("per_5m")
+    driver = TestDriver(topology, partitions=2, now_ms=T0 + 10 * MINUTE)
+    for ts in (T0, T0 + MINUTE, T0 + 6 * MINUTE):
+        driver.produce("views", view("ann", ts), key="ann")
+    driver.run()
+    start = T0 - T0 % (5 * MINUTE)
+    assert driver.windows("per_5m", "ann") == [
+        {"start": start, "end": start + 5 * MINUTE, "value": 2},
+        {"start": start + 5 * MINUTE, "end": start + 10 * MINUTE, "value": 1},
+    ]
+    driver.advance(55 * MINUTE)  # the first window ended more than an hour ago
+    driver.produce("views", view("ann", T0), key="ann")  # in it: too old, not counted
+    driver.produce("views", view("bob", T0 + 64 * MINUTE), key="bob")
+    driver.run()
+    assert [w["value"] for w in driver.windows("per_5m", "ann")] == [1]
+    assert driver.engine.figures.steps["views.per_5m.expired"] == 1
+
+
+def test_hopping_windows_hold_each_record_in_every_window_that_covers_it() -> None:
+    topology, views = views_topology()
+    views.group_by(lambda v: v.page).window_by(Hopping(10 * MINUTE, 5 * MINUTE)).count("pages")
+    driver = TestDriver(topology, partitions=2, now_ms=T0 + MINUTE)
+    base = T0 - T0 % (10 * MINUTE)
+    driver.produce("views", view("ann", base + 7 * MINUTE, "/a"), key="ann")
+    driver.run()
+    starts = [w["start"] - base for w in driver.windows("pages", "/a")]
+    assert starts == [0, 5 * MINUTE]
+
+
+def test_session_windows_grow_and_merge_across_batches() -> None:
+    topology, views = views_topology()
+    views.group_by_key().window_by(Session(gap=10 * MINUTE)).count("sessions")
+    driver = TestDriver(topology, partitions=1, now_ms=T0 + 120 * MINUTE)
+    for ts in (0, 5, 40):  # two sessions: [0, 5] and [40]
+        driver.produce("views", view("ann", T0 + ts * MINUTE), key="ann")
+    driver.run()
+    assert [(w["start"] - T0, w["value"]) for w in driver.windows("sessions", "ann")] == [
+        (0, 2),
+        (40 * MINUTE, 1),
+    ]
+    for ts in (14, 23, 32):  # each within 10 minutes of the last: one session of all six
+        driver.produce("views", view("ann", T0 + ts * MINUTE), key="ann")
+        driver.run()
+    [session] = driver.windows("sessions", "ann")
+    assert (session["start"], session["end"] - 1, session["value"]) == (T0, T0 + 40 * MINUTE, 6)
+
+
+def test_a_record_later_than_its_windows_grace_is_dropped_by_its_partitions_event_time() -> None:
+    topology, views = views_topology()
+    hours = Tumbling(timedelta(hours=1), grace=timedelta(minutes=10))
+    views.group_by(lambda v: v.page).window_by(hours).count("hourly")
+    driver = TestDriver(topology, partitions=1, now_ms=T0 + 300 * MINUTE)
+    hour = T0 - T0 % (60 * MINUTE)
+    driver.produce("views", view("ann", hour + 65 * MINUTE), key="ann")  # event time 1h05
+    driver.produce("views", view("ann", hour + 59 * MINUTE), key="ann")  # within the grace
+    driver.produce("views", view("ann", hour + 75 * MINUTE), key="ann")  # event time 1h15
+    driver.produce("views", view("ann", hour + 30 * MINUTE), key="ann")  # too late now
+    driver.run()
+    assert driver.table("hourly") == {("/", hour): 1, ("/", hour + 60 * MINUTE): 2}
+    assert driver.engine.figures.steps["views.hourly.late"] == 1
+
+
+# -- joins -----------------------------------------------------------------------------------
+
+
+def test_a_global_table_join_reads_the_value_as_of_the_events_time() -> None:
+    topology, views = views_topology()
+    accounts = topology.global_table("accounts", Model(Account), key="user")
+    views.join(accounts, lambda v, a: a.plan if a else "none", how="left", key=lambda v: v.user).to(
+        "plans"
+    )
+    driver = TestDriver(topology, partitions=2)
+    driver.produce("accounts", {"user": "ann", "plan": "free"}, key="ann", timestamp=T0)
+    driver.produce("accounts", {"user": "ann", "plan": "pro"}, key="ann", timestamp=T0 + MINUTE)
+    driver.produce("accounts", None, key="ann", timestamp=T0 + 2 * MINUTE)  # deleted
+    driver.produce("accounts", b"broken", key="bob", timestamp=T0)  # invalid: left out
+    for ts in (T0 - 1, T0, T0 + MINUTE + 1, T0 + 3 * MINUTE):
+        driver.produce("views", view("ann", ts), key="ann")
+    driver.run()
+    assert [r.value for r in driver.outputs("plans")] == [b"none", b"free", b"pro", b"none"]
+    [dead] = driver.dead_letters("accounts")
+    assert dead.value == b"broken"
+
+
+def test_an_inner_global_join_drops_the_records_that_find_nothing() -> None:
+    topology, views = views_topology()
+    accounts = topology.global_table("accounts", Model(Account), key="user")
+    views.join(accounts, lambda v, a: a.plan, key=lambda v: v.user).to("plans")
+    driver = TestDriver(topology, partitions=1)
+    driver.produce("accounts", {"user": "ann", "plan": "pro"}, key="ann", timestamp=0)
+    driver.produce("views", view("ann", T0), key="ann")
+    driver.produce("views", view("bob", T0), key="bob")
+    driver.run()
+    assert [r.value for r in driver.outputs("plans")] == [b"pro"]
+
+
+def test_a_table_join_reads_the_table_as_the_cycle_found_it() -> None:
+    topology, views = views_topology()
+    counts = views.group_by_key().count("views_so_far")
+    views.join(counts, lambda v, n: f"{v.page}:{n}", how="left").to("numbered")
+    driver = TestDriver(topology, partitions=2)
+    driver.produce("views", view("ann", T0, "/a"), key="ann")
+    driver.produce("views", view("ann", T0 + 1, "/b"), key="ann")
+    driver.run()  # one cycle: both find the table before it
+    driver.produce("views", view("ann", T0 + 2, "/c"), key="ann")
+    driver.run()
+    assert [r.value for r in driver.outputs("numbered")] == [b"/a:None", b"/b:None", b"/c:2"]
+
+
+def test_a_windowed_stream_join_pairs_records_within_the_window_and_left_joins_the_rest() -> None:
+    topology = Topology("orders")
+    orders = topology.source("orders", Json, key="id", timestamp="ts")
+    ships = topology.source("shipments", Json, key="order", timestamp="ts")
+    window = JoinWindow(before_ms=0, after_ms=10 * MINUTE)
+    joined = orders.join(
+        ships, lambda o, s: [o["id"], s and s["carrier"]], how="left", window=window
+    )
+    joined.to("fulfilment")
+    driver = TestDriver(topology, partitions=1)
+    driver.produce("orders", {"id": "o1", "ts": T0}, key="o1")
+    driver.produce("orders", {"id": "o2", "ts": T0}, key="o2")
+    driver.produce("shipments", {"order": "o1", "carrier": "ups", "ts": T0 + MINUTE}, key="o1")
+    driver.produce("shipments", {"order": "o2", "carrier": "dhl", "ts": T0 + 11 * MINUTE}, key="o2")
+    driver.run()
+    assert [r.json() for r in driver.outputs("fulfilment")] == [["o1", "ups"]]
+    # event time passes o2's window on both topics of its partition: o2 is unmatched
+    later = {"id": "o9", "order": "o9", "carrier": "x", "ts": T0 + 30 * MINUTE}
+    for topic in ("orders", "shipments"):
+        driver.produce(topic, later, key="o9")
+    driver.run()
+    results = Counter(tuple(r.json()) for r in driver.outputs("fulfilment"))
+    assert results[("o2", None)] == 1
+    assert results[("o1", "ups")] == 1
+
+
+# -- mistakes, named by step ------------------------------------------------------------------
+
+
+def test_mistakes_in_a_declaration_name_the_topology_and_the_step() -> None:
+    topology, views = views_topology()
+    with pytest.raises(TopologyError, match=r"topology 'views', step 'map.*must be callable"):
+        views.map("upper")  # type: ignore[arg-type]
+    with pytest.raises(TopologyError, match=r"needs key="):
+        views.join(topology.global_table("accounts"), lambda v, a: v)
+    with pytest.raises(TopologyError, match=r"needs window="):
+        views.join(views, lambda a, b: a)
+    with pytest.raises(TopologyError, match="declared twice, differently"):
+        topology.source("views", Json)
+    with pytest.raises(TopologyError, match="session windows merge aggregates"):
+        views.group_by_key().window_by(Session(gap=MINUTE)).aggregate("s", list, lambda k, v, a: a)
+    views.group_by_key().count("per_user")
+    with pytest.raises(TopologyError, match="'per_user' is written by two aggregations"):
+        views.group_by_key().count("per_user")
+    with pytest.raises(TopologyError, match="not a value type"):
+        topology.source("other", str)  # type: ignore[arg-type]
+
+
+def test_a_stream_join_after_a_flat_map_fails_at_compile_naming_the_join() -> None:
+    topology, views = views_topology()
+    pages = views.flat_map(lambda v: [v, v], value_type=Model(View))
+    pages.join(views, lambda a, b: a, window=JoinWindow(0, MINUTE)).to("pairs")
+    with pytest.raises(TopologyError, match=r"step 'join\(stream\)'.*not through 'flat_map"):
+        TestDriver(topology)
+
+
+def test_two_modules_cannot_give_one_topic_two_types() -> None:
+    first, second = Topology("a"), Topology("b")
+    first.source("shared", Json).to("out-a")
+    second.source("shared", Text).to("out-b")
+    with pytest.raises(TopologyError, match="'shared' is declared with two types"):
+        TestDriver(first, second)
+
+
+def test_a_windowed_grace_after_a_stream_join_is_refused() -> None:
+    topology = Topology("t")
+    left = topology.source("l", Json, timestamp="ts")
+    right = topology.source("r", Json, timestamp="ts")
+    joined = left.join(right, lambda a, b: a, window=JoinWindow(0, MINUTE))
+    joined.group_by_key().window_by(Tumbling(MINUTE, grace=0)).count("late")
+    with pytest.raises(TopologyError, match="grace must not follow a stream join"):
+        TestDriver(topology)
