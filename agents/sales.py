@@ -10,7 +10,7 @@ category's partition, summed per batch and window first.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from agents.schemas import ITEM_EVENT, ITEM_EVENTS, PRODUCT, PRODUCTS, Product, StoreEvent
 from streams import Context, Topology, Tumbling
@@ -29,23 +29,31 @@ def sku_of(event: StoreEvent) -> str:
     return event.sku
 
 
-def categorized(sale: StoreEvent, product: Product | None) -> dict[str, Any]:
+class Sale(NamedTuple):
     """A sale with its category, units and revenue (quantity x unit price)."""
+
+    category: str
+    units: int
+    revenue: float
+
+
+def categorized(sale: StoreEvent, product: Product | None) -> Sale:
     category = UNKNOWN_CATEGORY if product is None else product.category
-    revenue = sale.quantity * (sale.unit_price or 0.0)
-    return {"category": category, "units": sale.quantity, "revenue": revenue}
+    return Sale(category, sale.quantity, sale.quantity * (sale.unit_price or 0.0))
 
 
-def category_of(sale: dict[str, Any]) -> str:
-    return str(sale["category"])
+def category_of(sale: Sale) -> str:
+    return sale.category
 
 
 def no_sales() -> dict[str, Any]:
     return {"units": 0, "revenue": 0.0}
 
 
-def add_sale(category: str, sale: dict[str, Any], total: dict[str, Any]) -> dict[str, Any]:
-    return {"units": total["units"] + sale["units"], "revenue": total["revenue"] + sale["revenue"]}
+def add_sale(category: str, sale: Sale, total: dict[str, Any]) -> dict[str, Any]:
+    total["units"] += sale.units
+    total["revenue"] += sale.revenue
+    return total
 
 
 def merge_totals(category: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import operator
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain, compress, repeat
@@ -29,7 +30,7 @@ from typing import Any
 import orjson
 
 from core.topics import partition_for
-from core.values import InvalidEvent, ValueType, check_key, field_of
+from core.values import InvalidEvent, ValueType, check_key
 from streams.compile import Plan, Root, Sink, join_tables, state_table
 from streams.topology import Aggregation, Node
 from tables.join import LEFT, RIGHT, PartitionJoin
@@ -209,50 +210,35 @@ class Runner:
 
     def _source(self, batch: Batch, root: Root) -> Rows:
         """A source topic's valid records as rows; the invalid ones dead-lettered when
-        this pipeline is the one that reports them."""
+        this pipeline is the one that reports them. What every pipeline reading the
+        topic shares (the parsing, the key checks, the event times) is worked out once
+        per cycle."""
         node, topic = root.node, root.topic
         params = node.params
-        records = batch.of(topic)
-        parsed = batch.parsed(topic, self._parsers[topic], self.max_bytes, InvalidEvent)
+        parse = self._parsers[topic]
+        parsed = batch.parsed(topic, parse, self.max_bytes, InvalidEvent)
         need = self.plan.needs.get(node.id, frozenset())
         key_field: str | None = params["key"]
-        ts_field: str | None = params["timestamp"]
-        report = topic in self.plan.dead_letters
-        simple = (
+        if (
             key_field is None
             and not need
             and not any(map(isinstance, parsed, repeat(InvalidEvent)))
-        )
-        if simple:
+        ):
             return Rows(list(parsed), topic=topic)
-        values: list[Any] = []
-        keys: list[bytes | None] = []
-        times: list[int] = []
-        index: list[int] = []
-        for i, (record, value) in enumerate(zip(records, parsed, strict=True)):
-            if isinstance(value, InvalidEvent):
-                if report:
-                    batch.dead_letter(record, value.reason)
-                continue
-            if key_field is not None and value is not None:
-                try:
-                    check_key(record.key, str(field_of(value, key_field)), key_field)
-                except InvalidEvent as error:
-                    if report:
-                        batch.dead_letter(record, error.reason)
-                    continue
-            values.append(value)
-            keys.append(record.key)
-            index.append(i)
-            if ts_field is None or value is None:
-                times.append(record.timestamp)
-            else:
-                times.append(int(field_of(value, ts_field)))
+        key = ("rows", topic, parse, key_field, params["timestamp"])
+        found = batch.parses.get(key)
+        if found is None or found[0] is not parsed:
+            found = batch.parses[key] = (parsed, *_checked(batch, topic, parsed, params))
+        _parsed, rows, refused = found
+        if topic in self.plan.dead_letters:
+            records = batch.of(topic)
+            for i, reason in refused:
+                batch.dead_letter(records[i], reason)
         return Rows(
-            values,
-            keys if "keys" in need else None,
-            times if need & {"times", "index"} else None,
-            index if need & {"index", "times"} else None,
+            rows.values,
+            rows.keys if "keys" in need else None,
+            rows.times if need & {"times", "index"} else None,
+            rows.index if need & {"index", "times"} else None,
             topic,
         )
 
@@ -738,6 +724,56 @@ class Runner:
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+def _getter(values: Sequence[Any], name: str) -> Callable[[Any], Any]:
+    """Reads field ``name`` of values like the first: a key of a JSON object, else an
+    attribute."""
+    first = next((v for v in values if v is not None and not isinstance(v, InvalidEvent)), None)
+    if isinstance(first, dict):
+        return operator.itemgetter(name)
+    return operator.attrgetter(name)
+
+
+def _checked(
+    batch: Batch, topic: str, parsed: Sequence[Any], params: dict[str, Any]
+) -> tuple[Rows, list[tuple[int, str]]]:
+    """A topic's valid records as rows with every column, and (index, reason) of each
+    refused record: its value's type refused it, or its key is not the declared field."""
+    records = batch.of(topic)
+    key_field: str | None = params["key"]
+    ts_field: str | None = params["timestamp"]
+    key_of = None if key_field is None else _getter(parsed, key_field)
+    time_of = None if ts_field is None else _getter(parsed, ts_field)
+    values: list[Any] = []
+    keys: list[bytes | None] = []
+    times: list[int] = []
+    index: list[int] = []
+    refused: list[tuple[int, str]] = []
+    for i, (record, value) in enumerate(zip(records, parsed, strict=True)):
+        if isinstance(value, InvalidEvent):
+            refused.append((i, value.reason))
+            continue
+        if value is None:  # a deletion
+            values.append(None)
+            keys.append(record.key)
+            index.append(i)
+            times.append(record.timestamp)
+            continue
+        if key_of is not None:
+            assert key_field is not None
+            expected = key_of(value)
+            if record.key is None or record.key != str(expected).encode("utf-8"):
+                try:
+                    check_key(record.key, str(expected), key_field)
+                except InvalidEvent as error:
+                    refused.append((i, error.reason))
+                    continue
+        values.append(value)
+        keys.append(record.key)
+        index.append(i)
+        times.append(record.timestamp if time_of is None else int(time_of(value)))
+    return Rows(values, keys, times, index, topic), refused
 
 
 class Parser:

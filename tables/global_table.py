@@ -85,9 +85,11 @@ def add_version(
 
 
 class Lookups:
-    """Reads of a global table's versions, decoded with its value type and cached."""
+    """Reads of a global table's versions, decoded with its value type (each stored
+    value once: joins look the same few keys up again and again)."""
 
     spec: GlobalSpec
+    _decoded: dict[str, Any]
 
     def versions(self, key: str) -> Versions:
         raise NotImplementedError
@@ -97,7 +99,14 @@ class Lookups:
         stored = pick_version(self.versions(key), at_ms)
         if stored is None:
             return None
-        return self.spec.value_type.parse(stored.encode("utf-8"), 1 << 62)
+        decoded = self._decoded.get(stored)
+        if decoded is None:
+            if len(self._decoded) >= CACHED_KEYS:
+                self._decoded.clear()
+            decoded = self._decoded[stored] = self.spec.value_type.parse(
+                stored.encode("utf-8"), 1 << 62
+            )
+        return decoded
 
     def document(self, key: str) -> Any | None:
         """The newest value of ``key`` as a JSON document (what the API answers)."""
@@ -110,6 +119,7 @@ class MemoryGlobalTable(Lookups):
 
     def __init__(self, spec: GlobalSpec, max_bytes: int = 1 << 62) -> None:
         self.spec = spec
+        self._decoded = {}
         self.max_bytes = max_bytes
         self.data: dict[str, Versions] = {}
 
@@ -140,6 +150,7 @@ class GlobalTableService(Service, Lookups):
         self, spec: GlobalSpec, *, bootstrap: str, path: Path, max_bytes: int, **kwargs: Any
     ) -> None:
         self.spec = spec
+        self._decoded = {}
         self.bootstrap = bootstrap
         self.path = path
         self.max_bytes = max_bytes

@@ -18,6 +18,7 @@ end by more than the grace is too late for it.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -46,11 +47,11 @@ class Window:
     grace: int | float | timedelta | None
     retention: int | float | timedelta | None
 
-    @property
+    @functools.cached_property
     def grace_ms(self) -> int | None:
         return milliseconds(self.grace, "grace")
 
-    @property
+    @functools.cached_property
     def retention_ms(self) -> int | None:
         return milliseconds(self.retention, "retention")
 
@@ -89,7 +90,7 @@ class Tumbling(Window):
             raise ValueError(f"a tumbling window's size must be at least 1 s, not {self.size!r}")
         self._check()
 
-    @property
+    @functools.cached_property
     def size_ms(self) -> int:
         return milliseconds(self.size, "size") or 0
 
@@ -120,11 +121,11 @@ class Hopping(Window):
             )
         self._check()
 
-    @property
+    @functools.cached_property
     def size_ms(self) -> int:
         return milliseconds(self.size, "size") or 0
 
-    @property
+    @functools.cached_property
     def advance_ms(self) -> int:
         return milliseconds(self.advance, "advance") or 0
 
@@ -152,7 +153,7 @@ class Session(Window):
             raise ValueError(f"a session window's gap must be positive, not {self.gap!r}")
         self._check()
 
-    @property
+    @functools.cached_property
     def gap_ms(self) -> int:
         return milliseconds(self.gap, "gap") or 0
 

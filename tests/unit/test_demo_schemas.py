@@ -171,8 +171,8 @@ def test_the_hour_window_is_the_hour_that_holds_the_time() -> None:
 def test_a_sale_counts_its_units_and_revenue_under_its_category() -> None:
     event = read_item_event(orjson.dumps(sale(quantity=3, unit_price=2.5)))
     product = Product(sku="DAI-0001", name="milk", category="dairy")
-    assert categorized(event, product) == {"category": "dairy", "units": 3, "revenue": 7.5}
-    assert categorized(event, None)["category"] == UNKNOWN_CATEGORY == "unknown"
+    assert categorized(event, product) == ("dairy", 3, 7.5)
+    assert categorized(event, None).category == UNKNOWN_CATEGORY == "unknown"
     total = merge_totals("dairy", {"units": 3, "revenue": 7.5}, {"units": 1, "revenue": 0.5})
     assert total == {"units": 4, "revenue": 8.0}
 
