@@ -352,25 +352,28 @@ class Runner:
             assert source.index is not None
             assert source.times is not None
             records = batch.of(rows.topic)
-            value_type = side_node.value_type
-            hits = {
-                i: (k, v)
-                for i, k, v in zip(rows.index, rows.keys or repeat(None), rows.values, strict=False)
-            }
-            for i, ts in zip(source.index, source.times, strict=True):
-                offset = records[i].offset
-                hit = hits.get(i)
-                if hit is None:
-                    join.process(side, ts, offset, None)
-                    continue
-                record_key, value = hit
+            encode = side_node.value_type.encode
+            src_index, src_times = source.index, source.times
+            at = 0  # rows.index is in order, a part of src_index
+            for i, record_key, value in zip(
+                rows.index, rows.keys or repeat(None), rows.values, strict=False
+            ):
+                if src_index[at] != i:  # records a filter took out: they move event time
+                    start = at
+                    while src_index[at] != i:
+                        at += 1
+                    join.advance(side, max(src_times[start:at]))
+                ts = src_times[at]
+                at += 1
                 join_key = text_key(record_key) if key_fn is None else text_key(key_fn(value))
                 stored = [
                     None if record_key is None else record_key.decode("utf-8", "replace"),
-                    encode_stored(value_type.encode(value)),
+                    encode_stored(encode(value)),
                     ts,
                 ]
-                join.process(side, ts, offset, join_key, stored)
+                join.process(side, ts, records[i].offset, join_key, stored)
+            if at < len(src_times):
+                join.advance(side, max(src_times[at:]))
         outcome = join.finish()
         joiner = params["joiner"]
         values: list[Any] = []

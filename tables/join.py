@@ -174,6 +174,13 @@ class PartitionJoin:
         """Event time of one side on this partition: the largest ts seen, or None."""
         return self.marks[side]
 
+    def advance(self, side: Side, ts: int) -> None:
+        """Move ``side``'s event time to ``ts`` if it is later: what records that meet
+        nothing do (a record without a join key, or one a filter took out)."""
+        mark = self.marks[side]
+        if mark is None or ts > mark:
+            self.marks[side] = ts
+
     def process(
         self, side: Side, ts: int, offset: int, join_key: str | None, value: Any = None
     ) -> None:

@@ -31,6 +31,11 @@ from streams import Tumbling
 HOUR_MS = 3_600_000
 
 
+def fields_of(value: Any) -> dict[str, Any]:
+    """A value the stream read, as a dict of its fields (its record text left out)."""
+    return {name: getattr(value, name) for name in value.__struct_fields__ if name != "json"}
+
+
 def parse_item_event(raw: bytes | None, max_bytes: int = 64 * 1024) -> ItemEvent:
     return parse_model(ItemEvent, raw, max_bytes)
 
@@ -96,7 +101,7 @@ def test_text_line_must_be_utf8_and_not_oversize() -> None:
 def test_a_valid_sale_parses() -> None:
     event = parse_item_event(orjson.dumps(sale()))
     assert event == ItemEvent.model_validate(sale())
-    assert ITEM_EVENT.parse(orjson.dumps(sale()))[:7] == tuple(event.model_dump().values())
+    assert fields_of(ITEM_EVENT.parse(orjson.dumps(sale()))) == event.model_dump()
 
 
 @pytest.mark.parametrize(
@@ -247,7 +252,7 @@ def test_read_item_event_agrees_with_the_schema(
     if schema[0] == "bad":
         assert fast == schema
     else:
-        assert fast[1][:7] == tuple(schema[1].model_dump().values())
+        assert fields_of(fast[1]) == schema[1].model_dump()
         assert type(fast[1].unit_price) is type(schema[1].unit_price)
 
 
@@ -271,7 +276,7 @@ def test_read_payment_agrees_with_the_schema(overrides: dict[str, object], drop:
     if schema[0] == "bad":
         assert fast == schema
     else:
-        assert fast[1][:5] == tuple(schema[1].model_dump().values())
+        assert fields_of(fast[1]) == schema[1].model_dump()
 
 
 def test_read_item_event_keeps_the_record_as_sent() -> None:
