@@ -10,6 +10,7 @@ pipelines once per Python worker process and keeps them for every task it runs.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,10 @@ class JobSpec:
     app_id: str
     #: the cut's time, in ms: the pipelines' clock
     clock_ms: int
+    #: the executors' garbage collector thresholds, as the workers' (``gc.set_threshold``):
+    #: a replay allocates millions of short-lived objects and keeps many (measured on the
+    #: bench's item events: 13.7 against 9.8 us of CPU per event with CPython's defaults)
+    gc_thresholds: tuple[int, int, int] = (100_000, 50, 100)
 
     def context(self, global_tables: Mapping[str, Any]) -> Context:
         seconds = self.clock_ms / 1000
@@ -76,6 +81,7 @@ def on_executor(spec: JobSpec, global_data: Any) -> Declared:
     """The pipelines as an executor runs them: loaded once per Python worker process,
     spec and broadcast of the global tables (a broadcast's object lives as long as the
     process; plain data is loaded each time)."""
+    gc.set_threshold(*spec.gc_thresholds)
     if isinstance(global_data, Mapping):
         return declare(spec, global_data)
     key = (spec, id(global_data))

@@ -18,10 +18,11 @@ replay keeps those for the whole partition and decides every pair at the end
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import accumulate
 from typing import Any, NamedTuple
 
 from sortedcontainers import SortedDict
@@ -90,11 +91,28 @@ class MemoryStore:
 @dataclass
 class JoinSide:
     """One side of a join on one partition: its event time (the largest ``ts`` of its
-    topic's valid records so far) and its joinable records, each as ``(join key, ts,
-    event time when it arrived, record key, encoded value)``."""
+    topic's valid records so far) and its joinable records, as columns: join key, ts,
+    the side's event time when the record arrived, record key, encoded value. Columns of
+    plain values, not a tuple per record: millions of tuples kept alive make every
+    garbage collection walk them."""
 
     mark: int | None = None
-    records: list[tuple[str, int, int, bytes | None, bytes]] = field(default_factory=list)
+    join_keys: list[str] = field(default_factory=list)
+    times: list[int] = field(default_factory=list)
+    marks: list[int] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes] = field(default_factory=list)
+
+    def extend(self, other: JoinSide) -> None:
+        self.mark = other.mark
+        self.join_keys += other.join_keys
+        self.times += other.times
+        self.marks += other.marks
+        self.keys += other.keys
+        self.values += other.values
+
+    def rows(self) -> Iterator[tuple[str, int, int, bytes | None, bytes]]:
+        return zip(self.join_keys, self.times, self.marks, self.keys, self.values, strict=True)
 
 
 @dataclass
@@ -125,9 +143,8 @@ class DeferredJoinRunner(Runner):
         """The last batch took effect: its join inputs are kept."""
         for node_id, pending in self._pending.items():
             state = self.joins.setdefault(node_id, JoinState())
-            for side, more in ((state.left, pending.left), (state.right, pending.right)):
-                side.mark = more.mark
-                side.records.extend(more.records)
+            state.left.extend(pending.left)
+            state.right.extend(pending.right)
         self._pending = {}
 
     def rollback(self) -> None:
@@ -168,25 +185,27 @@ class DeferredJoinRunner(Runner):
             source = sources[rows.topic]
             assert source.index is not None
             assert source.times is not None
-            mark = side_state.mark if into.mark is None else into.mark
-            hits = dict(
-                zip(
-                    rows.index,
-                    zip(rows.keys or repeat(None), rows.values, strict=False),
-                    strict=True,
-                )
+            before = side_state.mark if into.mark is None else into.mark
+            # Each record's side event time: the largest ts of its topic up to it.
+            marks = (
+                list(accumulate(source.times, max, initial=before))[1:]
+                if before is not None
+                else list(accumulate(source.times, max))
             )
-            encode = side_node.value_type.encode
-            for i, ts in zip(source.index, source.times, strict=True):
-                if mark is None or ts > mark:
-                    mark = ts
-                hit = hits.get(i)
-                if hit is None:
-                    continue
-                record_key, value = hit
-                join_key = text_key(record_key) if key_fn is None else text_key(key_fn(value))
-                into.records.append((join_key, ts, mark, record_key, encode(value)))
-            into.mark = mark
+            if marks:
+                into.mark = marks[-1]
+            if not rows.values:
+                continue
+            if rows.index == source.index:
+                positions: Iterable[int] = range(len(rows.index))
+            else:
+                positions = [bisect_left(source.index, i) for i in rows.index]
+            joined: Iterable[Any] = rows.keys or () if key_fn is None else map(key_fn, rows.values)
+            into.join_keys += map(text_key, joined)
+            into.times += [source.times[p] for p in positions]
+            into.marks += [marks[p] for p in positions]
+            into.keys += rows.keys or [None] * len(rows.values)
+            into.values += map(side_node.value_type.encode, rows.values)
         return Rows([], [], [], None, None)
 
     def _decide(self, node: Node, state: JoinState) -> Rows:
@@ -199,14 +218,14 @@ class DeferredJoinRunner(Runner):
         left_node, right_node = node.parents
         left_parse, right_parse = left_node.value_type.parse, right_node.value_type.parse
         rights: dict[str, list[tuple[int, int, bytes]]] = {}
-        for join_key, ts, mark, _key, raw in state.right.records:
+        for join_key, ts, mark, _key, raw in state.right.rows():
             rights.setdefault(join_key, []).append((ts, mark, raw))
         limit = window.left_limit(state.left.mark, state.right.mark)
         left_join = params["how"] == "left"
         values: list[Any] = []
         keys: list[bytes | None] = []
         times: list[int] = []
-        for join_key, ts, mark, record_key, raw in state.left.records:
+        for join_key, ts, mark, record_key, raw in state.left.rows():
             matched = False
             out_key = _stored_key(record_key)
             for r_ts, r_mark, r_raw in rights.get(join_key, ()):

@@ -16,7 +16,7 @@ ALLOWED: dict[str, set[str]] = {
     "tables": {"core"},
     "agents": {"tables", "core"},
     "api": {"tables", "core"},
-    "jobs": {"core"},
+    "jobs": {"streams", "tables", "core"},
     "app": {"api", "agents", "tables", "core"},
 }
 
