@@ -205,11 +205,13 @@ class Runner:
 
     def _source(self, batch: Batch, root: Root) -> Rows:
         """A source topic's valid records as rows; the invalid ones dead-lettered when
-        this pipeline is the one that reports them."""
+        this pipeline is the one that reports them. The columns are worked out once per
+        cycle for all the pipelines that read the topic alike (as its parsing is)."""
         node, topic = root.node, root.topic
         params = node.params
         records = batch.of(topic)
-        parsed = batch.parsed(topic, self._parsers[topic], self.max_bytes, InvalidEvent)
+        parse = self._parsers[topic]
+        parsed = batch.parsed(topic, parse, self.max_bytes, InvalidEvent)
         need = self.plan.needs.get(node.id, frozenset())
         key_field: str | None = params["key"]
         ts_field: str | None = params["timestamp"]
@@ -219,29 +221,16 @@ class Runner:
         )
         if simple:
             return Rows(list(parsed), topic=topic)
-        values: list[Any] = []
-        keys: list[bytes | None] = []
-        times: list[int] = []
-        index: list[int] = []
-        for i, (record, value) in enumerate(zip(records, parsed, strict=True)):
-            if isinstance(value, InvalidEvent):
-                if report:
-                    batch.dead_letter(record, value.reason)
-                continue
-            if key_field is not None and value is not None:
-                try:
-                    check_key(record.key, str(field_of(value, key_field)), key_field)
-                except InvalidEvent as error:
-                    if report:
-                        batch.dead_letter(record, error.reason)
-                    continue
-            values.append(value)
-            keys.append(record.key)
-            index.append(i)
-            if ts_field is None or value is None:
-                times.append(record.timestamp)
-            else:
-                times.append(int(field_of(value, ts_field)))
+        cached = ("columns", topic, parse, self.max_bytes, key_field, ts_field)
+        found = batch.parses.get(cached)
+        # Kept with the record sequence it was worked out for, as Batch.parsed does.
+        if found is None or found[0] is not records:
+            found = (records, _columns(records, parsed, key_field, ts_field))
+            batch.parses[cached] = found
+        values, keys, times, index, refused = found[1]
+        if report:
+            for i, reason in refused:
+                batch.dead_letter(records[i], reason)
         return Rows(
             values,
             keys if "keys" in need else None,
@@ -719,6 +708,37 @@ def _parser(value_type: ValueType[Any], tombstones: bool) -> Callable[[bytes | N
         return None if raw is None else parse(raw, max_bytes)
 
     return parse_or_none
+
+
+def _columns(
+    records: Sequence[Any], parsed: Sequence[Any], key_field: str | None, ts_field: str | None
+) -> tuple[list[Any], list[bytes | None], list[int], list[int], list[tuple[int, str]]]:
+    """A source topic's valid records as columns (values, keys, event times, positions)
+    and the refused ones (position, reason): a value its type refused, or a record key
+    that is not the value's key field."""
+    values: list[Any] = []
+    keys: list[bytes | None] = []
+    times: list[int] = []
+    index: list[int] = []
+    refused: list[tuple[int, str]] = []
+    for i, (record, value) in enumerate(zip(records, parsed, strict=True)):
+        if isinstance(value, InvalidEvent):
+            refused.append((i, value.reason))
+            continue
+        if key_field is not None and value is not None:
+            try:
+                check_key(record.key, str(field_of(value, key_field)), key_field)
+            except InvalidEvent as error:
+                refused.append((i, error.reason))
+                continue
+        values.append(value)
+        keys.append(record.key)
+        index.append(i)
+        if ts_field is None or value is None:
+            times.append(record.timestamp)
+        else:
+            times.append(int(field_of(value, ts_field)))
+    return values, keys, times, index, refused
 
 
 def _group(keys: Sequence[bytes | None], values: Sequence[Any]) -> dict[Any, list[Any]]:
