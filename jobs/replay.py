@@ -104,7 +104,9 @@ class JoinSide:
     values: list[bytes] = field(default_factory=list)
 
     def extend(self, other: JoinSide) -> None:
-        self.mark = other.mark
+        """Take the records (and the event time) of a batch that took effect."""
+        if other.mark is not None:
+            self.mark = other.mark
         self.join_keys += other.join_keys
         self.times += other.times
         self.marks += other.marks
