@@ -15,9 +15,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 
+from agents.schemas import demo_topic_specs
 from bench.config import KAFKA_DIR, KAFKA_PORT, PARTITIONS, ROOT
 from core.admin import ensure_topics
-from core.topics import partition_for, topic_specs
+from core.topics import partition_for
 
 #: (key, value) of one record; key None means "spread round-robin".
 Pair = tuple[bytes | None, bytes]
@@ -68,7 +69,7 @@ class BenchKafka:
 
 async def create_project_topics(bootstrap: str) -> None:
     """The project's topics, as the workers would create them."""
-    await ensure_topics(bootstrap, topic_specs(PARTITIONS, -1), 1)
+    await ensure_topics(bootstrap, demo_topic_specs(PARTITIONS, -1), 1)
 
 
 async def create_topic(bootstrap: str, name: str, config: dict[str, str]) -> None:
