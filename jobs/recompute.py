@@ -39,7 +39,7 @@ from jobs.cut import Cut, take_cut
 from jobs.declared import Declared, GlobalData, JobSpec, declare
 from jobs.globals import read_global_tables
 from jobs.live import changelog_topic, live_tables
-from jobs.session import build_session
+from jobs.session import build_session, ship_modules
 from jobs.stages import Recomputation, recompute, write_views
 
 EXIT_SAME, EXIT_DIFFERS, EXIT_ERROR, EXIT_PREFLIGHT = 0, 3, 1, 2
@@ -156,6 +156,7 @@ def checked_session(
             modules=options.modules,
         )
     try:
+        ship_modules(spark, options.modules)
         if always or not str(spark.sparkContext.master).startswith("local"):
             preflight.run(spark, options.modules, say)
     except BaseException:

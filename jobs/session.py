@@ -166,19 +166,21 @@ SHIPPED_PACKAGES = ("core", "tables", "streams", "agents", "jobs")
 
 
 def top_level_files(modules: Iterable[str]) -> list[Path]:
-    """The files that hold the pipeline modules outside the project: a top-level
-    package's folder, or a module's file (imported here, as the driver loads them)."""
+    """The files that hold the pipeline modules outside the project's packages: a
+    top-level package's folder, or a module's file (imported here, as the driver loads
+    them)."""
     found: dict[Path, None] = {}
     for name in modules:
-        top = importlib.import_module(name.split(".")[0])
+        top_name = name.split(".")[0]
+        top = importlib.import_module(top_name)
         origin = getattr(top, "__file__", None)
         if origin is None:
             continue
         path = Path(origin).resolve()
         if path.name == "__init__.py":
             path = path.parent
-        if ROOT in path.parents or path == ROOT:
-            continue  # shipped with the project's packages
+        if top_name in SHIPPED_PACKAGES and path.parent == ROOT:
+            continue  # one of the project's own packages
         found[path] = None
     return list(found)
 
@@ -190,14 +192,18 @@ def _zip_tree(archive: zipfile.ZipFile, folder: Path, base: Path) -> None:
 
 
 def ship_modules(spark: Any, modules: Iterable[str]) -> list[str]:
-    """Send the project's packages and the pipeline modules outside it to the executors
-    (``addPyFile``); returns what was added."""
+    """Send the pipeline modules that live outside the project to the executors
+    (``addPyFile``), and on a cluster the project's packages too; returns what was added
+    (a file a session has already is not added again)."""
+    context = spark.sparkContext
     scratch = Path(tempfile.mkdtemp(prefix="streamstate-pyfiles-"))
-    target = scratch / "streamstate.zip"
-    with zipfile.ZipFile(target, "w") as archive:
-        for package in SHIPPED_PACKAGES:
-            _zip_tree(archive, ROOT / package, ROOT)
-    shipped = [str(target)]
+    shipped: list[str] = []
+    if not str(context.master).startswith("local"):
+        target = scratch / "streamstate.zip"
+        with zipfile.ZipFile(target, "w") as archive:
+            for package in SHIPPED_PACKAGES:
+                _zip_tree(archive, ROOT / package, ROOT)
+        shipped.append(str(target))
     for path in top_level_files(modules):
         if path.is_dir():
             bundle = scratch / f"{path.name}.zip"
@@ -206,9 +212,11 @@ def ship_modules(spark: Any, modules: Iterable[str]) -> list[str]:
             shipped.append(str(bundle))
         else:
             shipped.append(str(path))
-    for item in shipped:
-        spark.sparkContext.addPyFile(item)
-    return shipped
+    known = set(getattr(context, "_python_includes", None) or ())
+    added = [item for item in shipped if Path(item).name not in known]
+    for item in added:
+        context.addPyFile(item)
+    return added
 
 
 def build_session(
@@ -225,7 +233,7 @@ def build_session(
     else ``PYSPARK_PYTHON``, else the driver's own on a local master and on any other
     the driver's dependencies packed as an archive (``jobs/pyenv.py``), shipped with
     ``spark.archives`` and unpacked by each executor. ``modules``: the pipeline modules,
-    shipped to a cluster's executors with the project's packages.
+    whose dependencies the packed environment holds (:func:`ship_modules` sends them).
     """
     # pyspark 4.2 warns about pandas 3 whenever it looks at pandas; the job uses Arrow.
     warnings.filterwarnings(
@@ -274,8 +282,6 @@ def build_session(
     with _python_for_workers(python.python):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    if not str(spark.sparkContext.master).startswith("local"):
-        ship_modules(spark, modules)
     return spark
 
 
