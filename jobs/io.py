@@ -79,14 +79,11 @@ def read_ranges(
     )
 
 
-def write_view(view: DataFrame, out: Path | str, name: str) -> DataFrame:
-    """Write a batch view as Parquet under ``out/name`` and return it read back, so that
-    the recompute runs once however often the view is used afterwards. ``out`` is a local
-    directory or a URI Spark writes to (``hdfs://``, ``s3a://``, ...): the executors
-    write the files, so on a cluster it must be a place they and the driver share."""
-    path = f"{str(out).rstrip('/')}/{name}"
-    view.write.mode("overwrite").parquet(path)
-    return view.sparkSession.read.parquet(path)
+def write_view(view: DataFrame, out: Path | str, name: str) -> None:
+    """Write a batch view as Parquet under ``out/name``. ``out`` is a local directory or
+    a URI Spark writes to (``hdfs://``, ``s3a://``, ...): the executors write the files,
+    so on a cluster it must be a place they and the driver share."""
+    view.write.mode("overwrite").parquet(f"{str(out).rstrip('/')}/{name}")
 
 
 def write_report(out: Path, report: dict[str, Any]) -> Path:

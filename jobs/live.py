@@ -88,5 +88,7 @@ def live_tables(
     """The rows (:data:`jobs.compare.ROW_DDL`) of every table in ``specs`` at the cut."""
     topics = {changelog_topic(app_id, name): (name, spec.window) for name, spec in specs.items()}
     ends = {topic: cut.changelogs.get(topic, {}) for topic in topics}
+    if not any(end > 0 for parts in ends.values() for end in parts.values()):
+        return spark.createDataFrame([], ROW_DDL)  # no table has been written yet
     records = kio.read_ranges(spark, bootstrap, ends)
     return latest(records).mapInArrow(_decode(topics), ROW_DDL)

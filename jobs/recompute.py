@@ -291,7 +291,7 @@ def _compare(
 ) -> dict[str, Any]:
     plan = declared.plan
     limits = horizons(options, declared, cut)
-    differences = compare.diff(batch.tables(), stream, limits).persist()
+    differences = compare.diff(batch.tables, stream, limits).persist()
     try:
         tables = compare.summarize(differences, list(plan.tables), options.examples)
         for name, entry in tables.items():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -30,23 +31,17 @@ from jobs.tasks import OUTPUT_DDL, source_task, stage_task
 
 @dataclass
 class Recomputation:
-    """The stages' rows (cached): ``table`` rows are the batch views, ``figure`` rows
-    what the replays counted."""
+    """The stages' rows: the recomputed tables' rows (:data:`jobs.compare.ROW_DDL`, cached
+    in as many partitions as the executors have cores: the stages' outputs are mostly
+    repartition records, the tables a fraction of them) and what the replays counted."""
 
-    rows: DataFrame
+    tables: DataFrame
     frames: list[DataFrame] = field(default_factory=list)
     figures: dict[str, int] = field(default_factory=dict)
     globals: dict[str, int] = field(default_factory=dict)
 
-    def tables(self) -> DataFrame:
-        return (
-            self.rows.where(sf.col("kind") == "table")
-            .select("name", "partition", "raw_key", "key", "window_start", "window_end", "value")
-            .withColumnRenamed("name", "table")
-        )
-
     def unpersist(self) -> None:
-        for frame in self.frames:
+        for frame in (self.tables, *self.frames):
             frame.unpersist()
 
 
@@ -130,21 +125,31 @@ def recompute(
         .collect()
     ):
         figures[row["name"]] = int(row["n"])
-    return Recomputation(rows, frames, figures, {n: len(d) for n, d in global_data.items()})
+    tables = (
+        rows.where(sf.col("kind") == "table")
+        .select("name", "partition", "raw_key", "key", "window_start", "window_end", "value")
+        .withColumnRenamed("name", "table")
+        .coalesce(spark.sparkContext.defaultParallelism)
+        .persist()
+    )
+    return Recomputation(tables, frames, figures, {n: len(d) for n, d in global_data.items()})
 
 
 def write_views(result: Recomputation, out: Any, tables: Mapping[str, Any]) -> dict[str, int]:
     """Each recomputed table as Parquet under ``out/<table>``: ``key``, ``window_start``,
     ``window_end`` (windowed tables), ``value`` (JSON text), ``partition``, ``raw_key``.
-    Returns the keys written per table."""
-    written: dict[str, int] = {}
-    rows = result.tables()
-    for name, spec in tables.items():
-        view = rows.where(sf.col("table") == name)
+    Returns the keys recomputed per table."""
+    rows = result.tables
+    counts = {row["table"]: int(row["count"]) for row in rows.groupBy("table").count().collect()}
+
+    def write(name: str) -> None:
         columns: list[Any] = ["key"]
-        if spec.window is not None:
+        if tables[name].window is not None:
             columns += ["window_start", "window_end"]
         columns += [sf.col("value").cast("string").alias("value"), "partition", "raw_key"]
-        frame = kio.write_view(view.select(*columns), out, name)
-        written[name] = frame.count()
-    return written
+        kio.write_view(rows.where(sf.col("table") == name).select(*columns), out, name)
+
+    # Small jobs, each mostly waiting for its tasks to be scheduled: written at once.
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="views") as pool:
+        list(pool.map(write, tables))
+    return {name: counts.get(name, 0) for name in tables}

@@ -126,17 +126,16 @@ class SourceTask:
         elif partition != self.replay.partition or pc.count_distinct(partitions).as_py() != 1:
             raise OrderError(f"a source task got partitions {self.replay.partition} and others")
         self._check_order(topic, partition, offsets)
-        records = list(
-            map(
-                Rec,
-                repeat(topic),
-                repeat(partition),
-                offsets.to_pylist(),
-                batch.column("key").to_pylist(),
-                batch.column("value").to_pylist(),
-                batch.column("timestamp").to_pylist(),
-            )
+        columns = zip(
+            repeat(topic),
+            repeat(partition),
+            offsets.to_pylist(),
+            batch.column("key").to_pylist(),
+            batch.column("value").to_pylist(),
+            batch.column("timestamp").to_pylist(),
         )
+        # Built in C, without the named tuple's own __new__: one call less per record.
+        records: list[Rec] = list(map(tuple.__new__, repeat(Rec), columns))
         self.replay.cycle({topic: records})
 
     def _check_order(self, topic: str, partition: int, offsets: pa.Array) -> None:
