@@ -306,6 +306,37 @@ def _mode(pipeline: Pipeline, internal: frozenset[str]) -> Mode:
     return "chunks"
 
 
+def silent_with(pipeline: Pipeline, empty: frozenset[str]) -> bool:
+    """Whether a pipeline can produce nothing on a partition where the topics ``empty``
+    hold no record: every sink lies downstream of a stream join one side of which reads
+    such a topic (with no record on a side, a join has no pair, and its left records are
+    never given up on: the right side's event time never moves)."""
+    plan = plan_of(pipeline)
+    if plan is None or not plan.sinks or not empty:
+        return False
+    return all(_silent_join_above(sink.node, empty) for sink in plan.sinks)
+
+
+def _silent_join_above(node: Node, empty: frozenset[str]) -> bool:
+    stack = list(node.parents)
+    while stack:
+        current = stack.pop()
+        if current.op == "join_stream" and any(
+            _source_topic(side) in empty for side in current.parents
+        ):
+            return True
+        stack.extend(current.parents)
+    return False
+
+
+def _source_topic(node: Node) -> str | None:
+    """The topic a join's side comes from (its inputs come straight from a source)."""
+    while node.op != "source":
+        node = node.parents[0]
+    topic: str | None = node.params.get("topic")
+    return topic
+
+
 def _joined(node: Node) -> bool:
     """Whether a stream join lies upstream of a step."""
     stack = list(node.parents)

@@ -56,6 +56,20 @@ def _source_columns(frame: DataFrame) -> DataFrame:
     )
 
 
+def empty_partitions(cut: Cut, declared: Declared) -> dict[int, frozenset[str]]:
+    """Per partition number, the source topics whose partition holds no record at the
+    cut (its end is its start)."""
+    found: dict[int, frozenset[str]] = {}
+    for partition in range(declared.spec.partitions):
+        found[partition] = frozenset(
+            topic
+            for topic in declared.plan.sources
+            if cut.sources.get(topic, {}).get(partition, 0)
+            <= cut.log_start.get(topic, {}).get(partition, 0)
+        )
+    return found
+
+
 def source_frame(
     spark: SparkSession, bootstrap: str, cut: Cut, declared: Declared
 ) -> DataFrame | None:
@@ -98,7 +112,8 @@ def recompute(
     empty = spark.createDataFrame([], OUTPUT_DDL)
     frames: list[DataFrame] = []
     sources = source_frame(spark, bootstrap, cut, declared)
-    stage0 = empty if sources is None else sources.mapInArrow(source_task(spec, shared), OUTPUT_DDL)
+    task = source_task(spec, shared, empty_partitions(cut, declared))
+    stage0 = empty if sources is None else sources.mapInArrow(task, OUTPUT_DDL)
     frames.append(stage0.persist())
     started = time.monotonic()
     count = frames[0].count()

@@ -19,7 +19,7 @@ Either emits:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import pairwise, repeat
 from typing import Any
 
@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from core.topics import partition_for
 from jobs.declared import Declared, JobSpec, on_executor
-from jobs.plans import plan_of
+from jobs.plans import plan_of, silent_with
 from jobs.replay import DeferredJoinRunner, PartitionReplay, Process, Rec, TableRow
 
 #: Records per cycle of a stage task (a source task's cycle is one Arrow batch).
@@ -78,14 +78,26 @@ def processes(declared: Declared, names: Iterable[str]) -> dict[str, Process]:
     return found
 
 
-def new_replay(declared: Declared, stage: int, partition: int, topic: str) -> PartitionReplay:
-    """The replay of a task whose first record is of ``topic``."""
+def new_replay(
+    declared: Declared,
+    stage: int,
+    partition: int,
+    topic: str,
+    empty: frozenset[str] = frozenset(),
+) -> PartitionReplay:
+    """The replay of a task whose first record is of ``topic``; ``empty``: the source
+    topics whose partition holds no record at the cut (a pipeline that can produce
+    nothing without them does not run)."""
     plan = declared.plan
     names = plan.stages[stage].pipelines
     if stage == 0:
         split = plan.split_topics
         group = {topic} if topic in split else plan.sources - split
-        names = tuple(n for n in names if group & set(plan.pipelines[n].reads))
+        names = tuple(
+            n
+            for n in names
+            if group & set(plan.pipelines[n].reads) and not silent_with(plan.pipelines[n], empty)
+        )
     return PartitionReplay(
         partition,
         [plan.pipelines[name] for name in names],
@@ -95,10 +107,14 @@ def new_replay(declared: Declared, stage: int, partition: int, topic: str) -> Pa
 
 
 class SourceTask:
-    """One source task (see the module's docstring)."""
+    """One source task (see the module's docstring). ``empty``: per partition, the
+    source topics that hold no record there at the cut."""
 
-    def __init__(self, declared: Declared) -> None:
+    def __init__(
+        self, declared: Declared, empty: Mapping[int, frozenset[str]] | None = None
+    ) -> None:
         self.declared = declared
+        self.empty = empty or {}
         self.replay: PartitionReplay | None = None
         self.last: dict[str, int] = {}
         self.first_offset = -1
@@ -121,7 +137,9 @@ class SourceTask:
         partition = partitions[0].as_py()
         offsets = batch.column("offset")
         if self.replay is None:
-            self.replay = new_replay(self.declared, 0, partition, topic)
+            self.replay = new_replay(
+                self.declared, 0, partition, topic, self.empty.get(partition, frozenset())
+            )
             self.first_offset = offsets[0].as_py()
         elif partition != self.replay.partition or pc.count_distinct(partitions).as_py() != 1:
             raise OrderError(f"a source task got partitions {self.replay.partition} and others")
@@ -157,11 +175,13 @@ class SourceTask:
         return results(self.declared, self.replay, self.first_offset)
 
 
-def source_task(spec: JobSpec, global_data: Any) -> ArrowTask:
-    """The function of the source stage's mapInArrow."""
+def source_task(
+    spec: JobSpec, global_data: Any, empty: Mapping[int, frozenset[str]] | None = None
+) -> ArrowTask:
+    """The function of the source stage's mapInArrow (``empty``: see :class:`SourceTask`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        task = SourceTask(on_executor(spec, global_data))
+        task = SourceTask(on_executor(spec, global_data), empty)
         for batch in batches:
             task.feed(batch)
         yield from task.finish()

@@ -81,14 +81,17 @@ def recompute_log(
         declared.globals[name].data = build_global(spec, records, declared.spec.max_event_bytes)
     outputs: list[pa.RecordBatch] = []
     ordered = sorted(plan.sources - plan.split_topics)
+    empty = {
+        p: frozenset(t for t in plan.sources if not log.get(TP(t, p))) for p in range(partitions)
+    }
     for partition in range(partitions):
         records = [r for topic in ordered for r in log.get(TP(topic, partition), [])]
-        outputs += _source_task(declared, records, batch_rows)
+        outputs += _source_task(declared, records, batch_rows, empty)
         for topic in sorted(plan.split_topics):
             found = log.get(TP(topic, partition), [])
             size = max(1, -(-len(found) // chunks))
             for start in range(0, len(found), size):
-                outputs += _source_task(declared, found[start : start + size], batch_rows)
+                outputs += _source_task(declared, found[start : start + size], batch_rows, empty)
     for stage in plan.stages[1:]:
         sent = pa.Table.from_batches(outputs, schema=OUTPUT_SCHEMA).to_pylist()
         wanted = [row for row in sent if row["kind"] == "topic" and row["name"] in stage.reads]
@@ -99,8 +102,13 @@ def recompute_log(
     return pa.Table.from_batches(outputs, schema=OUTPUT_SCHEMA)
 
 
-def _source_task(declared: Declared, records: list[Record], rows: int) -> list[pa.RecordBatch]:
-    task = SourceTask(declared)
+def _source_task(
+    declared: Declared,
+    records: list[Record],
+    rows: int,
+    empty: Mapping[int, frozenset[str]] | None = None,
+) -> list[pa.RecordBatch]:
+    task = SourceTask(declared, empty)
     for start in range(0, len(records), rows):
         task.feed(arrow(records[start : start + rows]))
     return list(task.finish())

@@ -6,14 +6,16 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from core.topics import partition_for
 from jobs.declared import declare
-from jobs.plans import REPLAY, plan_job
+from jobs.plans import REPLAY, plan_job, silent_with
 from jobs.replay import PartitionReplay, Rec
-from jobs.tasks import OrderError, SourceTask
+from jobs.tasks import OrderError, SourceTask, new_replay
 from streams import Json, Topology
 from streams.compile import compile_all
 from streams.loading import collect
 from streams.testing import TestDriver
+from tables.engine import TP
 from tables.pipeline import Context
 from tests.support.pipelines import VIEWS
 from tests.support.recompute import (
@@ -58,6 +60,32 @@ def test_a_user_topology_with_windows_a_global_join_and_a_grace_replays_exactly(
     assert set(batch) == {"views_per_user", "seconds_by_country", "sessions"}
     assert all(batch.values())
     assert driver.dead_letters(VIEWS), "the workload must exercise the dead-letter path"
+
+
+def test_a_join_with_a_side_empty_in_a_partition_is_not_replayed_there_and_yields_nothing() -> None:
+    driver = TestDriver("agents.settling", partitions=4, now_ms=NOW + 3_600_000)
+    sale = {"store_id": "", "sku": "s", "kind": "sale", "quantity": 1, "unit_price": 1.0}
+    for n in range(200):
+        store = f"store-{n % 8}"
+        ts = NOW + n * 60_000
+        event = {**sale, "event_id": f"e{n}", "store_id": store, "ts": ts}
+        driver.produce("item-events", event, key=store)
+    paid = {"payment_id": "p", "sale_event_id": "e0", "store_id": "store-0", "amount": 1.0}
+    driver.produce("payments", {**paid, "ts": NOW + 900 * 60_000}, key="store-0")
+    driver.run()
+    with_payments = {p for p in range(4) if driver.log.records.get(TP("payments", p))}
+    assert len(with_payments) == 1
+    declared = declare(job_spec(driver, ["agents.settling"]))
+    pipeline = declared.plan.pipelines["settling.settled-sales"]
+    assert silent_with(pipeline, frozenset({"payments"}))
+    assert not silent_with(pipeline, frozenset({"text-lines"}))
+    assert new_replay(declared, 0, 1, "item-events", frozenset({"payments"})).pipelines == []
+    batch = replayed(driver, ["agents.settling"])
+    live = driver_tables(driver, batch)
+    assert differing(batch, live) == {}
+    stores = {key for key in live["unsettled_sales"]}
+    assert stores
+    assert {partition_for(s.encode(), 4) for s in stores} == with_payments
 
 
 def test_windows_expired_as_of_the_clock_are_not_recomputed() -> None:
