@@ -84,11 +84,12 @@ def live_tables(
     cut: Cut,
     app_id: str,
     specs: Mapping[str, TableSpec],
-) -> DataFrame:
-    """The rows (:data:`jobs.compare.ROW_DDL`) of every table in ``specs`` at the cut."""
+) -> DataFrame | None:
+    """The rows (:data:`jobs.compare.ROW_DDL`) of every table in ``specs`` at the cut;
+    None when no changelog holds a record (no table has been written yet)."""
     topics = {changelog_topic(app_id, name): (name, spec.window) for name, spec in specs.items()}
     ends = {topic: cut.changelogs.get(topic, {}) for topic in topics}
     if not any(end > 0 for parts in ends.values() for end in parts.values()):
-        return spark.createDataFrame([], ROW_DDL)  # no table has been written yet
+        return None
     records = kio.read_ranges(spark, bootstrap, ends)
     return latest(records).mapInArrow(_decode(topics), ROW_DDL)

@@ -229,6 +229,10 @@ def horizons(options: Options, declared: Declared, cut: Cut) -> dict[str, int]:
 
 def _live(spark: Any, options: Options, cut: Cut, declared: Declared, say: Progress) -> DataFrame:
     frame = live_tables(spark, options.bootstrap, cut, options.app_id, declared.plan.specs)
+    if frame is None:
+        say("live tables: no changelog holds a record")
+        empty: DataFrame = spark.createDataFrame([], compare.ROW_DDL)
+        return empty
     frame = frame.persist()
     say(f"live tables: {frame.count()} keys read from their changelogs")
     return frame
@@ -242,9 +246,8 @@ def views(
     global_data: GlobalData,
     say: Progress,
 ) -> tuple[Recomputation, DataFrame]:
-    """The recomputed tables (cached, written as Parquet) and the live ones (cached),
-    computed at once."""
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="recompute") as pool:
+    """The recomputed tables and the live ones (both cached), computed at once."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="live") as pool:
         live = pool.submit(in_pool, spark, LIVE_POOL, _live, spark, options, cut, declared, say)
         batch = in_pool(
             spark,
@@ -257,11 +260,12 @@ def views(
             global_data,
             say,
         )
-        stream = live.result()
-    written = write_views(batch, options.views_at, declared.plan.specs)
-    for name, count in written.items():
+        return batch, live.result()
+
+
+def _write_views(options: Options, declared: Declared, batch: Recomputation, say: Progress) -> None:
+    for name, count in write_views(batch, options.views_at, declared.plan.specs).items():
         say(f"{name}: {count} keys recomputed")
-    return batch, stream
 
 
 def reconcile(
@@ -272,10 +276,19 @@ def reconcile(
     global_data: GlobalData,
     say: Progress,
 ) -> dict[str, Any]:
-    """Build the report; publish corrections with ``--repair``."""
+    """Build the report, the recomputed tables written as Parquet meanwhile (small jobs
+    that mostly wait on each other); publish corrections with ``--repair``."""
     batch, stream = views(spark, options, cut, declared, global_data, say)
     try:
-        return _compare(options, cut, declared, batch, stream, say)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="views") as pool:
+            written = pool.submit(
+                in_pool, spark, LIVE_POOL, _write_views, options, declared, batch, say
+            )
+            report = in_pool(
+                spark, RECOMPUTE_POOL, _compare, options, cut, declared, batch, stream, say
+            )
+            written.result()
+        return report
     finally:
         batch.unpersist()
         stream.unpersist()
