@@ -70,28 +70,57 @@ def empty_partitions(cut: Cut, declared: Declared) -> dict[int, frozenset[str]]:
     return found
 
 
+Ends = dict[str, dict[int, int]]
+
+
+@dataclass
+class SourceReads:
+    """The reads of stage 0: one per partition number whose ordered topics (two or
+    more) hold records, to be coalesced into one Spark partition; one of the partitions
+    where a single ordered topic holds records (each its own Spark partition); one of
+    the topics that may be read in chunks."""
+
+    coalesced: list[Ends] = field(default_factory=list)
+    alone: Ends = field(default_factory=dict)
+    chunks: Ends = field(default_factory=dict)
+
+
+def source_reads(cut: Cut, declared: Declared) -> SourceReads:
+    """What stage 0 reads, grouped as :class:`SourceReads` says (a read costs the driver
+    a few seconds of planning with a cold JVM, so partitions share one where they can)."""
+    plan = declared.plan
+    split = plan.split_topics
+    reads = SourceReads()
+    for partition in range(declared.spec.partitions):
+        ends = {
+            topic: {partition: cut.sources[topic][partition]}
+            for topic in sorted(plan.sources - split)
+            if cut.sources.get(topic, {}).get(partition, 0) > 0
+        }
+        if len(ends) == 1:
+            [(topic, end)] = ends.items()
+            reads.alone.setdefault(topic, {}).update(end)
+        elif ends:
+            reads.coalesced.append(ends)
+    reads.chunks = {topic: cut.sources[topic] for topic in sorted(split) if cut.sources.get(topic)}
+    return reads
+
+
 def source_frame(
     spark: SparkSession, bootstrap: str, cut: Cut, declared: Declared
 ) -> DataFrame | None:
     """Stage 0's records (see the module's docstring); None when there are none."""
-    plan = declared.plan
-    split = plan.split_topics
-    ordered = sorted(plan.sources - split)
-    frames: list[DataFrame] = []
-    for partition in range(declared.spec.partitions):
-        ends = {
-            topic: {partition: cut.sources[topic][partition]}
-            for topic in ordered
-            if cut.sources.get(topic, {}).get(partition, 0) > 0
-        }
-        if ends:
-            frames.append(_source_columns(kio.read_ranges(spark, bootstrap, ends)).coalesce(1))
-    chunks = {topic: cut.sources[topic] for topic in sorted(split) if cut.sources.get(topic)}
-    if chunks:
+    reads = source_reads(cut, declared)
+    frames = [
+        _source_columns(kio.read_ranges(spark, bootstrap, ends)).coalesce(1)
+        for ends in reads.coalesced
+    ]
+    if reads.alone:
+        frames.append(_source_columns(kio.read_ranges(spark, bootstrap, reads.alone)))
+    if reads.chunks:
         cores = spark.sparkContext.defaultParallelism
-        frames.append(
-            _source_columns(kio.read_ranges(spark, bootstrap, chunks, min_partitions=2 * cores))
-        )
+        read = kio.read_ranges(spark, bootstrap, reads.chunks, min_partitions=2 * cores)
+        frames.append(_source_columns(read))
     if not frames:
         return None
     return reduce(DataFrame.union, frames)

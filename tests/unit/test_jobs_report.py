@@ -179,3 +179,25 @@ def test_every_scheduler_pool_of_the_job_is_declared_in_the_allocation_file() ->
     for pool in root.iter("pool"):
         assert pool.findtext("schedulingMode") in {"FIFO", "FAIR"}
         assert int(pool.findtext("weight") or "") >= 1
+
+
+def test_stage_zero_coalesces_only_the_partitions_where_two_ordered_topics_hold_records() -> None:
+    from jobs.stages import source_reads
+
+    options = Options(bootstrap="b:1", out=Path("x"), modules=("agents.words", "agents.settling"))
+    declared = declare(options.spec(3, 0))
+    cut = Cut(
+        sources={
+            "item-events": {0: 5, 1: 7, 2: 0},
+            "payments": {0: 0, 1: 2, 2: 0},
+            "text-lines": {0: 4, 1: 0, 2: 9},
+        },
+        changelogs={},
+        log_start={},
+        taken_at_ms=0,
+        settled=True,
+    )
+    reads = source_reads(cut, declared)
+    assert reads.coalesced == [{"item-events": {1: 7}, "payments": {1: 2}}]
+    assert reads.alone == {"item-events": {0: 5}}
+    assert reads.chunks == {"text-lines": {0: 4, 1: 0, 2: 9}}
