@@ -60,14 +60,6 @@ RUN python ops/docker/requirements.py batch >/tmp/batch.txt \
 # without network access or configuration; artifacts pyspark ships are left alone.
 COPY --from=spark-kafka /opt/spark-kafka /tmp/spark-kafka
 RUN python ops/docker/spark_jars.py /tmp/spark-kafka && rm -rf /tmp/spark-kafka
-# The job's Java UDFs (jobs/java), compiled against this pyspark into its jars folder;
-# the JDK stays in this stage.
-# hadolint ignore=DL3008
-RUN mkdir -p /usr/share/man/man1 \
-    && apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jdk-headless \
-    && rm -rf /var/lib/apt/lists/* \
-    && python -m jobs.session --install-udfs
 
 # --- runtime: what both images share; a non-root user owning /data ---
 FROM python-base AS runtime

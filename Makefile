@@ -19,7 +19,7 @@ install: $(STAMP)
 # wheel install compiles them instead); a worker would then compile every module of the
 # project at each start, and of the libraries too, which the install leaves uncompiled.
 bytecode: install
-	$(PY) -m compileall -q -j 0 core app agents tables api jobs ops bench chaos tests
+	$(PY) -m compileall -q -j 0 core app agents streams tables api jobs ops bench chaos tests
 	$(if $(PYTHONDONTWRITEBYTECODE),$(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null)
 
 # The libraries are installed without compiling their bytecode (--no-compile), which pip

@@ -10,8 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 #: The benchmark's own Kafka: its own port and data directory, never the developer's.
 KAFKA_PORT = int(os.environ.get("BENCH_KAFKA_PORT", "25092"))
-KAFKA_DIR = ROOT / ".cache" / "bench-kafka"
-WORK_DIR = ROOT / ".cache" / "bench-work"
+KAFKA_DIR = Path(os.environ.get("BENCH_KAFKA_DIR", ROOT / ".cache" / "bench-kafka"))
+WORK_DIR = Path(os.environ.get("BENCH_WORK_DIR", ROOT / ".cache" / "bench-work"))
 PARTITIONS = 8
 
 

@@ -1,171 +1,207 @@
-"""Reconciliation: the batch view of a table against the live one, key by key.
+"""Reconciliation: each recomputed table against the live one, key by key.
 
-Every value is compared exactly, except revenue, a floating sum whose rounding depends
-on the order of its terms: two revenues are equal within ``REVENUE_TOLERANCE``
-(relative, and absolute below 1).
+Both sides come as rows ``table, raw_key, key, window_start, window_end, value`` (the
+value as JSON). Keys are matched by their raw key, or for a windowed table by its key
+and window start. Two values are the same when they are equal as JSON, numbers within a
+relative :data:`TOLERANCE` (a floating sum depends on the order of its terms, which
+differs between the stream's batches and the job's); values whose JSON text is equal
+are the same at once, the others are judged in Python. A window that ended before the
+table's retention, measured as of the cut, is left out on both sides: the stream drops
+it, at a time of its own.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import math
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
-from pyspark.sql import Column, DataFrame
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as sf
 
-Columns = dict[str, Column]
-
-REVENUE_TOLERANCE = 1e-9
+#: Numbers are the same within this relative difference (absolute below 1).
+TOLERANCE = 1e-9
 EQUAL = "equal"
 MISMATCHED = "mismatched"
 MISSING_IN_STREAM = "missing_in_stream"
 MISSING_IN_BATCH = "missing_in_batch"
 DIFFERENCES = (MISMATCHED, MISSING_IN_STREAM, MISSING_IN_BATCH)
+_UNSURE = "unsure"
+
+#: The rows of a table, batch or live.
+ROW_DDL = (
+    "table string, partition int, raw_key binary, key string, window_start bigint, "
+    "window_end bigint, value binary"
+)
+DIFF_DDL = (
+    "table string, key string, window_start bigint, batch_end bigint, stream_end bigint, "
+    "batch binary, stream binary, status string"
+)
 
 
-def _sorted_entries(column: Column) -> Column:
-    return sf.array_sort(sf.map_entries(column))
+def same_value(a: Any, b: Any) -> bool:
+    """Equal JSON values; numbers within :data:`TOLERANCE` (relative, absolute below 1)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        if a == b:
+            return True
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return False
+        return abs(a - b) <= TOLERANCE * max(1.0, abs(a), abs(b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    return bool(type(a) is type(b) and a == b)
 
 
-def _same_word_count(b: Columns, s: Columns) -> Column:
-    return b["count"] == s["count"]
+def same_json(a: bytes | None, b: bytes | None) -> bool:
+    """Whether two stored values are the same (see :func:`same_value`); a value that is
+    not JSON is the same only as identical bytes."""
+    if a == b:
+        return True
+    if a is None or b is None:
+        return False
+    try:
+        return same_value(orjson.loads(a), orjson.loads(b))
+    except orjson.JSONDecodeError:
+        return False
 
 
-def _same_inventory(b: Columns, s: Columns) -> Column:
-    return (
-        (b["store_id"] == s["store_id"])
-        & (_sorted_entries(b["on_hand"]) == _sorted_entries(s["on_hand"]))
-        & (b["updated_at"] == s["updated_at"])
-    )
+def is_json(raw: bytes) -> bool:
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
-def _same_sales(b: Columns, s: Columns) -> Column:
-    scale = sf.greatest(sf.lit(1.0), sf.abs(b["revenue"]), sf.abs(s["revenue"]))
-    close = sf.abs(b["revenue"] - s["revenue"]) <= sf.lit(REVENUE_TOLERANCE) * scale
-    return (b["units"] == s["units"]) & close
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """How one table is keyed, compared and written as a correction."""
-
-    name: str
-    changelog: str
-    same: Callable[[Columns, Columns], Column]
-    value_fields: tuple[str, ...]
-
-    def raw_key(self, key: str, row_category: str | None) -> bytes:
-        """The table's raw key: the bytes the stream partitions the key by."""
-        return (row_category if row_category is not None else key).encode("utf-8")
-
-
-def specs(app_id: str) -> dict[str, TableSpec]:
-    def changelog(table: str) -> str:
-        return f"{app_id}-{table}-changelog"
-
-    return {
-        "word_counts": TableSpec(
-            "word_counts", changelog("word_counts"), _same_word_count, ("count",)
-        ),
-        "inventory": TableSpec(
-            "inventory",
-            changelog("inventory"),
-            _same_inventory,
-            ("store_id", "on_hand", "updated_at"),
-        ),
-        "sales_by_category": TableSpec(
-            "sales_by_category",
-            changelog("sales_by_category"),
-            _same_sales,
-            ("units", "revenue"),
-        ),
-    }
-
-
-def batch_json(spec: TableSpec, b: Columns) -> Column:
-    """The batch value as the table's JSON value."""
-    if spec.value_fields == ("count",):
-        return b["count"].cast("string")
-    return sf.to_json(sf.struct(*[b[f].alias(f) for f in spec.value_fields]))
-
-
-def diff(spec: TableSpec, batch: DataFrame, stream: DataFrame) -> DataFrame:
-    """One row per key of either side: ``key``, ``category``, ``status``, ``batch`` (JSON),
-    ``stream`` (the changelog's JSON)."""
-    b, s = batch.alias("b"), stream.alias("s")
-    joined = b.join(s, sf.col("b.key") == sf.col("s.key"), "full_outer")
-    bcol = {c: sf.col(f"b.{c}") for c in batch.columns}
-    scol = {c: sf.col(f"s.{c}") for c in stream.columns}
-    status = (
-        sf.when(bcol["key"].isNull(), sf.lit(MISSING_IN_BATCH))
-        .when(scol["key"].isNull(), sf.lit(MISSING_IN_STREAM))
-        .when(sf.coalesce(spec.same(bcol, scol), sf.lit(False)), sf.lit(EQUAL))
-        .otherwise(sf.lit(MISMATCHED))
-    )
-    category = (
-        sf.coalesce(bcol["category"], scol["category"])
-        if "category" in batch.columns
-        else sf.lit(None)
-    )
-    return joined.select(
-        sf.coalesce(bcol["key"], scol["key"]).alias("key"),
-        category.cast("string").alias("category"),
-        status.alias("status"),
-        sf.when(bcol["key"].isNotNull(), batch_json(spec, bcol)).alias("batch"),
-        scol["raw"].alias("stream"),
-    )
-
-
-def _loads(text: str | None) -> Any:
-    """A JSON value, or the text itself when it is not JSON (a corrupt live value)."""
-    if text is None:
+def loads(raw: bytes | None) -> Any:
+    """A stored value for the report: its JSON, or its text when it is not JSON."""
+    if raw is None:
         return None
     try:
-        return orjson.loads(text)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return text
+        return raw.decode("utf-8", "replace")
 
 
-def summarize(differences: DataFrame, examples: int) -> dict[str, Any]:
-    """The report entry of one table."""
-    counts = {
-        row["status"]: row["n"]
-        for row in differences.groupBy("status").agg(sf.count("*").alias("n")).collect()
-    }
-    shown = (
+def _judge(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The rows whose JSON text differs, judged equal or mismatched in Python."""
+    for batch in batches:
+        columns = [
+            batch.column(c).to_pylist() for c in ("batch_end", "stream_end", "batch", "stream")
+        ]
+        status = [
+            EQUAL if b_end == s_end and same_json(b, s) else MISMATCHED
+            for b_end, s_end, b, s in zip(*columns, strict=True)
+        ]
+        index = batch.schema.get_field_index("status")
+        yield batch.set_column(index, "status", pa.array(status, pa.string()))
+
+
+def _kept(rows: DataFrame, horizons: Mapping[str, int]) -> DataFrame:
+    """Rows without the windows that ended at or before their table's horizon."""
+    if not horizons:
+        return rows
+    horizon: Column = sf.lit(None).cast("bigint")
+    for table, ms in horizons.items():
+        horizon = sf.when(sf.col("table") == table, sf.lit(ms)).otherwise(horizon)
+    return rows.where(
+        sf.col("window_end").isNull() | horizon.isNull() | (sf.col("window_end") > horizon)
+    )
+
+
+def _match(prefix: str) -> Column:
+    """The column keys are matched by: the raw key, or the key and the window start."""
+    key, start, raw = (sf.col(f"{prefix}.{c}") for c in ("key", "window_start", "raw_key"))
+    windowed = sf.concat(sf.lit("w"), sf.hex(sf.encode(key, "UTF-8")), sf.lit(":"), start)
+    return sf.when(start.isNotNull(), windowed).otherwise(sf.concat(sf.lit("k"), sf.hex(raw)))
+
+
+def _prefixed(side: str) -> list[Column]:
+    return [
+        sf.col(f"{side}.{c}").alias(f"{side}_{c}")
+        for c in ("key", "window_start", "window_end", "value")
+    ]
+
+
+def diff(batch: DataFrame, live: DataFrame, horizons: Mapping[str, int]) -> DataFrame:
+    """One row per key of either side (:data:`DIFF_DDL`), with its status."""
+    b = _kept(batch, horizons).alias("b")
+    s = _kept(live, horizons).alias("s")
+    b = b.select("table", _match("b").alias("match"), *_prefixed("b"))
+    s = s.select("table", _match("s").alias("match"), *_prefixed("s"))
+    joined = b.join(s, ["table", "match"], "full_outer")
+    status = (
+        sf.when(sf.col("b_key").isNull(), sf.lit(MISSING_IN_BATCH))
+        .when(sf.col("s_key").isNull(), sf.lit(MISSING_IN_STREAM))
+        .when(
+            (sf.col("b_value") == sf.col("s_value"))
+            & sf.col("b_window_end").eqNullSafe(sf.col("s_window_end")),
+            sf.lit(EQUAL),
+        )
+        .otherwise(sf.lit(_UNSURE))
+    )
+    rows = joined.select(
+        "table",
+        sf.coalesce("b_key", "s_key").alias("key"),
+        sf.coalesce("b_window_start", "s_window_start").alias("window_start"),
+        sf.col("b_window_end").alias("batch_end"),
+        sf.col("s_window_end").alias("stream_end"),
+        sf.col("b_value").alias("batch"),
+        sf.col("s_value").alias("stream"),
+        status.alias("status"),
+    )
+    sure = rows.where(sf.col("status") != _UNSURE)
+    judged = rows.where(sf.col("status") == _UNSURE).mapInArrow(_judge, DIFF_DDL)
+    return sure.unionByName(judged)
+
+
+def summarize(differences: DataFrame, tables: list[str], examples: int) -> dict[str, Any]:
+    """Per table: keys compared, the count of each difference, and examples."""
+    counts: dict[str, dict[str, int]] = {table: {} for table in tables}
+    for row in differences.groupBy("table", "status").count().collect():
+        counts.setdefault(row["table"], {})[row["status"]] = row["count"]
+    order = Window.partitionBy("table").orderBy("status", "key", "window_start")
+    shown: dict[str, list[dict[str, Any]]] = {table: [] for table in tables}
+    picked = (
         differences.where(sf.col("status") != EQUAL)
-        .orderBy("status", "key")
-        .limit(examples)
+        .withColumn("n", sf.row_number().over(order))
+        .where(sf.col("n") <= examples)
+        .orderBy("table", "n")
         .collect()
     )
+    for row in picked:
+        shown.setdefault(row["table"], []).append(example(row.asDict()))
     return {
-        "keys_compared": sum(counts.values()),
-        "mismatched": counts.get(MISMATCHED, 0),
-        "missing_in_stream": counts.get(MISSING_IN_STREAM, 0),
-        "missing_in_batch": counts.get(MISSING_IN_BATCH, 0),
-        "examples": [
-            {
-                "key": row["key"],
-                "status": row["status"],
-                "batch": _loads(row["batch"]),
-                "stream": _loads(row["stream"]),
-            }
-            for row in shown
-        ],
+        table: {
+            "keys_compared": sum(counts[table].values()),
+            "mismatched": counts[table].get(MISMATCHED, 0),
+            "missing_in_stream": counts[table].get(MISSING_IN_STREAM, 0),
+            "missing_in_batch": counts[table].get(MISSING_IN_BATCH, 0),
+            "examples": shown.get(table, []),
+        }
+        for table in counts
     }
 
 
-def corrections(spec: TableSpec, differences: DataFrame) -> Iterator[tuple[bytes, bytes]]:
-    """The ``corrections`` records of a table's differing keys: the batch value, or null
-    (delete) for a key the batch does not have; ``expected`` is the live value at the cut,
-    so that a worker can refuse a correction for a key that changed since."""
-    rows = differences.where(sf.col("status") != EQUAL).toLocalIterator()
-    for row in rows:
-        record = {"table": spec.name, "key": row["key"], "value": _loads(row["batch"])}
-        # A corrupt live value gets no "expected": it is replaced whatever it is.
-        with contextlib.suppress(orjson.JSONDecodeError):
-            record["expected"] = None if row["stream"] is None else orjson.loads(row["stream"])
-        yield spec.raw_key(row["key"], row["category"]), orjson.dumps(record)
+def example(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One difference as the report shows it."""
+    found: dict[str, Any] = {
+        "key": row["key"],
+        "status": row["status"],
+        "batch": loads(row["batch"]),
+        "stream": loads(row["stream"]),
+    }
+    if row["window_start"] is not None:
+        end = row["batch_end"] if row["batch_end"] is not None else row["stream_end"]
+        found["window"] = {"start": row["window_start"], "end": end}
+    return found
+
+
+def differs(entry: Mapping[str, Any]) -> bool:
+    return any(entry[k] for k in DIFFERENCES)

@@ -13,6 +13,8 @@ import orjson
 from aiokafka import AIOKafkaProducer
 from pyspark.sql import DataFrame, SparkSession
 
+from jobs.corrections import CORRECTIONS_TOPIC
+
 KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
     "timestamp timestamp, timestampType int"
@@ -24,9 +26,6 @@ KAFKA_SCHEMA = (
 #: a count of the bench's 10,000,000 records over 32 partitions, 12.7 s against 7.8 s
 #: (warm JVM, measured). The job reads closed ranges, so a short wait costs nothing.
 FETCH_MAX_WAIT_MS = 10
-
-#: The topic the workers' corrections agent consumes (see agents/corrections.py).
-CORRECTIONS_TOPIC = "corrections"
 
 
 def read_range(
@@ -46,10 +45,13 @@ def read_ranges(
     bootstrap: str,
     ends: dict[str, dict[int, int]],
     starts: dict[str, dict[int, int]] | None = None,
+    min_partitions: int | None = None,
 ) -> DataFrame:
     """The committed records of several topics (``ends``: topic -> partition -> end
     offset) in one read: one resolution of the offsets and one Spark job for all, one
-    Spark partition per Kafka partition. ``topic`` tells the records apart."""
+    Spark partition per Kafka partition (``min_partitions``: at least that many, a
+    partition's offsets split into ranges). ``topic`` tells the records apart; each
+    Spark partition holds its records in offset order."""
     starts = starts or {}
     parts = {
         topic: sorted(p for p, end in by_partition.items() if end > starts.get(topic, {}).get(p, 0))
@@ -60,9 +62,11 @@ def read_ranges(
         return spark.createDataFrame([], KAFKA_SCHEMA)
     begin = {t: {str(p): starts.get(t, {}).get(p, -2) for p in ps} for t, ps in parts.items()}
     end = {t: {str(p): ends[t][p] for p in ps} for t, ps in parts.items()}
+    reader = spark.read.format("kafka")
+    if min_partitions is not None:
+        reader = reader.option("minPartitions", str(min_partitions))
     return (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        reader.option("kafka.bootstrap.servers", bootstrap)
         .option("assign", json.dumps(parts))
         .option("startingOffsets", json.dumps(begin))
         .option("endingOffsets", json.dumps(end))
@@ -75,14 +79,11 @@ def read_ranges(
     )
 
 
-def write_view(view: DataFrame, out: Path | str, name: str) -> DataFrame:
-    """Write a batch view as Parquet under ``out/name`` and return it read back, so that
-    the recompute runs once however often the view is used afterwards. ``out`` is a local
-    directory or a URI Spark writes to (``hdfs://``, ``s3a://``, ...): the executors
-    write the files, so on a cluster it must be a place they and the driver share."""
-    path = f"{str(out).rstrip('/')}/{name}"
-    view.write.mode("overwrite").parquet(path)
-    return view.sparkSession.read.parquet(path)
+def write_view(view: DataFrame, out: Path | str, name: str) -> None:
+    """Write a batch view as Parquet under ``out/name``. ``out`` is a local directory or
+    a URI Spark writes to (``hdfs://``, ``s3a://``, ...): the executors write the files,
+    so on a cluster it must be a place they and the driver share."""
+    view.write.mode("overwrite").parquet(f"{str(out).rstrip('/')}/{name}")
 
 
 def write_report(out: Path, report: dict[str, Any]) -> Path:
@@ -114,6 +115,7 @@ async def _publish(bootstrap: str, records: Iterable[tuple[bytes, bytes]]) -> in
 
 
 def publish_corrections(bootstrap: str, records: Iterable[tuple[bytes, bytes]]) -> int:
-    """Send (key, value) records to ``corrections``; the key is the table's raw key, so a
-    record lands in the partition whose worker owns that key. Returns how many."""
+    """Send (key, value) records to ``corrections`` (``jobs/corrections.py``): keyed by
+    the key the table is partitioned by, a record lands in the partition whose worker
+    owns that key. Returns how many."""
     return asyncio.run(_publish(bootstrap, records))

@@ -1,10 +1,11 @@
-"""The preflight: before the job reads Kafka, one small task on the executors imports what
-the UDFs need and another calls a Java UDF, so that a cluster without the job's Python
-environment or its UDF jar ends the run at once with one line that names the missing
-piece and the fix, instead of an executor's stack trace minutes later.
+"""The preflight: before the job reads Kafka, one small task on each executor core imports
+what the replay needs (pyarrow, the job's tasks and every pipeline module), so that a
+cluster without the job's Python environment or a pipeline module ends the run at once
+with one line that names the missing piece and the fix, instead of an executor's stack
+trace minutes later.
 
-A local master runs its executors in the driver's JVM with the driver's interpreter, which
-has imported all of this already: the preflight runs for the other masters.
+A local master runs its executors with the driver's interpreter, which has imported all
+of this already: the preflight runs for the other masters.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Any
 
 from jobs.pyenv import (
     ARCHIVE_PYTHON,
-    EXECUTOR_DISTRIBUTIONS,
     EXECUTOR_MODULES,
     SOURCE_ARCHIVE,
     SOURCE_DRIVER,
@@ -24,10 +24,6 @@ from jobs.pyenv import (
     SOURCE_KEY,
     SOURCE_OPTION,
 )
-
-#: The Java UDF whose class the second task loads (all of them come in one jar).
-PROBE_UDF = "streamstate_words"
-INSTALL_HINT = f"pip install {' '.join(EXECUTOR_DISTRIBUTIONS)}"
 
 
 class PreflightError(RuntimeError):
@@ -63,39 +59,32 @@ def _import_probe(modules: tuple[str, ...]) -> Callable[[Iterable[Any]], Iterato
     return probe
 
 
-def probe_python(spark: Any, tasks: int) -> list[Probe]:
-    """Run the import probe as ``tasks`` tasks (the executors' cores, at least 2)."""
+def probe_python(spark: Any, tasks: int, modules: Iterable[str] = ()) -> list[Probe]:
+    """Run the import probe as ``tasks`` tasks (the executors' cores, at least 2): the
+    job's modules and the pipeline ``modules``."""
     rdd = spark.sparkContext.parallelize(range(tasks), tasks)
-    return [Probe(*row) for row in rdd.mapPartitions(_import_probe(EXECUTOR_MODULES)).collect()]
+    probe = _import_probe((*EXECUTOR_MODULES, *modules))
+    return [Probe(*row) for row in rdd.mapPartitions(probe).collect()]
 
 
-def probe_java(spark: Any, tasks: int) -> None:
-    """Call the Java words UDF in ``tasks`` tasks; raises when the executors lack its class."""
-    from pyspark.sql import functions as sf
-
-    rows = spark.range(0, tasks, 1, tasks)
-    # On a column, not a literal, so that the call cannot be folded on the driver.
-    text = sf.col("id").cast("string").cast("binary")
-    rows.select(sf.call_function(PROBE_UDF, text).alias("w")).collect()
-
-
-def _fix(source: str, python: str) -> str:
+def _fix(source: str, python: str, missing: str) -> str:
+    install = f"install what provides {missing}"
     if source == SOURCE_ARCHIVE:
         return (
-            f"{INSTALL_HINT} in the driver's environment and run again (the archive is packed "
+            f"{install} in the driver's environment and run again (the archive is packed "
             "again), or pass --python-env with an interpreter the executors have"
         )
     if source == SOURCE_OPTION:
         return (
-            f"{INSTALL_HINT} for {python} on every node, or leave out --python-env so that "
+            f"{install} for {python} on every node, or leave out --python-env so that "
             "the job ships its own environment"
         )
     if source == SOURCE_ENV:
         return (
-            f"{INSTALL_HINT} for {python} on every node, or unset PYSPARK_PYTHON so that "
+            f"{install} for {python} on every node, or unset PYSPARK_PYTHON so that "
             "the job ships its own environment"
         )
-    return f"{INSTALL_HINT} in the driver's environment"
+    return f"{install} in the driver's environment"
 
 
 def _origin(source: str, python: str) -> str:
@@ -115,7 +104,7 @@ def judge_probes(probes: list[Probe], source: str, python: str) -> None:
     raise PreflightError(
         f"the executors' Python ({_origin(source, python)}; {first.executable}, "
         f"Python {first.version}) cannot import {', '.join(missing)} ({detail}); "
-        f"fix: {_fix(source, python)}"
+        f"fix: {_fix(source, python, ', '.join(missing))}"
     )
 
 
@@ -156,24 +145,6 @@ def explain_python_failure(error: BaseException, source: str, python: str) -> Pr
     )
 
 
-def explain_java_failure(error: BaseException, jar: str | None) -> PreflightError:
-    """The one line for a Java UDF the executors could not load (or run)."""
-    text = str(error)
-    missing = re.search(r"(?:ClassNotFoundException|NoClassDefFoundError):? ([\w./$]+)", text)
-    where = jar or "the streamstate-udfs jar"
-    if missing:
-        return PreflightError(
-            f"the executors cannot load the Java UDFs ({missing.group(1).replace('/', '.')} "
-            f"from {where}); fix: ship the jar with the job (spark-submit --jars {where}) or "
-            "install it in the Spark jars folder of every node (python -m jobs.session "
-            "--install-udfs)"
-        )
-    return PreflightError(
-        f"the executors could not run the Java UDFs from {where} ({_last_line(text)}); fix: "
-        "build the jar against the cluster's Spark version (make spark-jars)"
-    )
-
-
 def _last_line(text: str) -> str:
     """The most telling line of a JVM error: the last 'Caused by', else the first line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -182,30 +153,24 @@ def _last_line(text: str) -> str:
     return chosen[:300]
 
 
-def run(spark: Any, udf_jar: str | None, say: Callable[[str], None]) -> None:
-    """The preflight; raises :class:`PreflightError`. Spark's log is off while it runs
-    and stays off after a failure (the job ends): a failed task's stack traces are log
-    lines, some written after the job was aborted, and the one line of the error
-    replaces them."""
+def run(spark: Any, modules: Iterable[str], say: Callable[[str], None]) -> None:
+    """The preflight (``modules``: the pipeline modules); raises :class:`PreflightError`.
+    Spark's log is off while it runs and stays off after a failure (the job ends): a
+    failed task's stack traces are log lines, some written after the job was aborted,
+    and the one line of the error replaces them."""
     context = spark.sparkContext
     source = context.getConf().get(SOURCE_KEY, SOURCE_DRIVER)
     python = context.pythonExec
     tasks = max(2, context.defaultParallelism)
     context.setLogLevel("OFF")
     try:
-        probes = probe_python(spark, tasks)
+        probes = probe_python(spark, tasks, modules)
     except Exception as error:  # Py4JJavaError: the task failed before the probe ran
         raise explain_python_failure(error, source, python) from None
     judge_probes(probes, source, python)
-    if spark.catalog.functionExists(PROBE_UDF):
-        try:
-            probe_java(spark, tasks)
-        except Exception as error:
-            raise explain_java_failure(error, udf_jar) from None
     context.setLogLevel("WARN")
     versions = sorted({p.version for p in probes})
     say(
-        f"preflight: {len(probes)} executor tasks imported the UDFs' modules with {python} "
-        f"({source}, Python {', '.join(versions)})"
-        + ("; the Java UDFs loaded" if spark.catalog.functionExists(PROBE_UDF) else "")
+        f"preflight: {len(probes)} executor tasks imported the job's modules and the "
+        f"pipeline modules with {python} ({source}, Python {', '.join(versions)})"
     )

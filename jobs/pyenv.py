@@ -1,17 +1,17 @@
 """The Python environment the job's executors run: packed once from the driver's own
 environment, cached, and shipped to a cluster as a Spark archive.
 
-The executors' Python workers import what the UDFs call (``jobs/transforms.py``: pyarrow,
-and the stream's semantics in ``core/semantics.py``: pydantic and orjson); the UDFs are
-Arrow UDFs, which pyspark's worker runs without pandas or numpy (a run on a standalone
-cluster with an archive of pyarrow and pydantic passed, at 64 MB against 98 MB with
-pandas). Spark adds its own Python (``pyspark.zip``, py4j) to every worker's path and the
-job ships its modules with ``addPyFile`` (``jobs/session.py``), so the archive
-holds only the installed distributions these need, nothing of the project's own and
-nothing of pyspark (its jars are most of the driver's virtualenv).
+The executors replay the pipelines (``jobs/tasks.py``): they import the engine's batch
+functions, the streams API, pyarrow, and every pipeline module with whatever it imports.
+The archive holds exactly the installed distributions those imports load, found by
+importing them in a fresh interpreter (the driver's own has pyspark and more loaded),
+with their requirements. Spark adds its own Python (``pyspark.zip``, py4j) to every
+worker's path and the job ships the project's modules and the pipeline modules with
+``addPyFile`` (``jobs/session.py``), so the archive holds nothing of the project's own
+and nothing of pyspark (its jars are most of the driver's virtualenv).
 
 The archive is a virtualenv without an interpreter: ``bin/python`` is a link to the base
-interpreter of the driver's environment, so every node needs that Python at that path
+interpreter of the driver's environment, so every node needs that Python at that path.
 Where the nodes have another, give the job one they have instead: ``--python-env``.
 """
 
@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -30,10 +32,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path, PurePosixPath
 
-#: The distributions the executors import; their dependencies come along.
-EXECUTOR_DISTRIBUTIONS = ("pyarrow", "pydantic", "orjson")
-#: The modules the preflight imports on every executor: what the UDFs need.
-EXECUTOR_MODULES = ("pyarrow", "pydantic", "orjson", "core.semantics", "jobs.transforms")
+#: The modules the executors import besides the pipeline modules.
+EXECUTOR_MODULES = ("pyarrow", "jobs.tasks")
+#: Distributions never packed: the cluster has Spark, the job ships the project.
+NOT_PACKED = frozenset(("pyspark", "py4j", "streamstate"))
 #: Where an archive unpacks in an executor's working directory (``#name`` of spark.archives).
 ARCHIVE_LINK = "streamstate-env"
 #: The executors' interpreter inside the unpacked archive.
@@ -89,6 +91,42 @@ def closure(roots: Iterable[str]) -> list[metadata.Distribution]:
         seen[key] = dist
         pending.extend(_requirement_names(dist))
     return sorted(seen.values(), key=lambda d: canonical(d.metadata["Name"]))
+
+
+_IMPORTED = (
+    "import importlib, json, sys\n"
+    "for name in sys.argv[1:]:\n"
+    "    importlib.import_module(name)\n"
+    "print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))\n"
+)
+
+
+def imported_by(modules: Iterable[str]) -> list[str]:
+    """The top-level modules a fresh interpreter of this environment loads when it
+    imports ``modules``."""
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, *modules],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise PackError(f"the executors' modules cannot be imported here: {last}")
+    found: list[str] = json.loads(done.stdout)
+    return found
+
+
+def executor_distributions(modules: Iterable[str] = ()) -> list[str]:
+    """The installed distributions whose modules the executors import (the job's and
+    ``modules``, the pipeline modules)."""
+    providers = metadata.packages_distributions()
+    names = {
+        dist
+        for top in imported_by([*EXECUTOR_MODULES, *modules])
+        for dist in providers.get(top, [])
+    }
+    return sorted(name for name in names if canonical(name) not in NOT_PACKED)
 
 
 def base_python() -> Path:
@@ -198,9 +236,10 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "streamstate"
 
 
-def executor_archive(cache: Path | None = None) -> Path:
-    """The packed executor environment, packed now unless this version is cached."""
-    dists = closure(EXECUTOR_DISTRIBUTIONS)
+def executor_archive(cache: Path | None = None, modules: Iterable[str] = ()) -> Path:
+    """The packed executor environment (for the pipeline ``modules``), packed now unless
+    this version is cached."""
+    dists = closure(executor_distributions(modules))
     target = (cache or cache_dir()) / "executor-env" / archive_name(dists)
     if target.exists():
         return target
@@ -226,30 +265,35 @@ class ExecutorPython:
 
 
 def choose_python(
-    local: bool, python_env: str | None, environ: Mapping[str, str]
+    local: bool, python_env: str | None, environ: Mapping[str, str], modules: Iterable[str] = ()
 ) -> ExecutorPython:
     """``--python-env`` first, then ``PYSPARK_PYTHON`` (spark-submit's
     ``spark.pyspark.python`` arrives as it); otherwise a local master runs the driver's
-    own interpreter and a cluster the packed environment."""
+    own interpreter and a cluster the packed environment (for the pipeline ``modules``)."""
     if python_env:
         return ExecutorPython(python_env, SOURCE_OPTION)
     if environ.get("PYSPARK_PYTHON"):
         return ExecutorPython(environ["PYSPARK_PYTHON"], SOURCE_ENV)
     if local:
         return ExecutorPython(sys.executable, SOURCE_DRIVER)
-    return ExecutorPython(ARCHIVE_PYTHON, SOURCE_ARCHIVE, executor_archive())
+    return ExecutorPython(ARCHIVE_PYTHON, SOURCE_ARCHIVE, executor_archive(modules=modules))
 
 
 def main() -> int:
     """``python -m jobs.pyenv`` (``make executor-env``): pack the executors' environment
-    now, or find it in the cache, and print its path and what it holds."""
+    for the pipeline modules of the settings now, or find it in the cache, and print its
+    path and what it holds."""
+    from core.settings import Settings
+
+    modules = Settings().pipeline_modules
     try:
-        archive = executor_archive()
+        archive = executor_archive(modules=modules)
+        dists = closure(executor_distributions(modules))
     except PackError as error:
         print(f"executor-env: {error}", file=sys.stderr)
         return 1
     print(archive)
-    for dist in closure(EXECUTOR_DISTRIBUTIONS):
+    for dist in dists:
         print(f"  {dist.metadata['Name']}=={dist.version}")
     print(f"  (bin/python -> {base_python()})")
     return 0

@@ -1,12 +1,14 @@
-"""The nightly recompute: rebuild the tables from the retained source topics, reconcile them
-with the live tables and optionally repair the live ones.
+"""The nightly recompute: rebuild every table of the loaded pipelines from the retained
+topics, reconcile them with the live tables and optionally repair the live ones.
 
     python -m jobs.recompute --bootstrap 127.0.0.1:9092 --out DIR [--repair] [--master local[*]]
                              [--python-env PYTHON] [--conf KEY=VALUE ...] [--views URI]
     python -m jobs.recompute --preflight-only [--master URL] [--python-env PYTHON]
 
-Exit status: 0 when nothing differs, 3 when something differs, 2 when the executors lack
-what the job needs (the preflight), other non-zero on error.
+The pipelines are those the workers load (``STREAMSTATE_PIPELINES`` and
+``STREAMSTATE_EXTRA_PIPELINES``); their declarations say how each table is recomputed
+(``jobs/plans.py``). Exit status: 0 when nothing differs, 3 when something differs, 2
+when the executors lack what the job needs (the preflight), other non-zero on error.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,20 +28,29 @@ from typing import Any, TextIO, TypeVar
 if __package__ in (None, ""):  # run as a file, e.g. by spark-submit
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 
-from jobs import compare, preflight, transforms
+from core.settings import Settings
+from jobs import compare, preflight
 from jobs import io as kio
+from jobs.corrections import CORRECTIONS_TOPIC, corrections_for
 from jobs.cut import Cut, take_cut
-from jobs.session import build_session, udf_jar_in_use
+from jobs.declared import Declared, GlobalData, JobSpec, declare
+from jobs.globals import read_global_tables
+from jobs.live import changelog_topic, live_tables
+from jobs.session import build_session, ship_modules
+from jobs.stages import Recomputation, recompute, write_views
 
-SOURCES = ("text-lines", "item-events", "products")
 EXIT_SAME, EXIT_DIFFERS, EXIT_ERROR, EXIT_PREFLIGHT = 0, 3, 1, 2
 DAY_MS = 86_400_000
+#: Windows that end within this long after their table's horizon are left out too: a
+#: worker's clock may run ahead of the job's by that much when it expires windows.
+EXPIRY_MARGIN_MS = 60_000
 T = TypeVar("T")
-#: The scheduler pools of the views phase (those of the comparisons are the table names);
-#: jobs/fairscheduler.xml declares them all.
-STORES_POOL, WORDS_POOL, LIVE_POOL = "stores", "words", "live"
+#: The scheduler pools (jobs/fairscheduler.xml): the recompute and the live tables' read
+#: run at once.
+RECOMPUTE_POOL, LIVE_POOL = "recompute", "live"
 
 
 @dataclass(frozen=True)
@@ -65,11 +76,28 @@ class Options:
     spark_conf: tuple[tuple[str, str], ...] = ()
     #: Where the Parquet views go (``--views``), when not under ``out``.
     views: str | None = None
+    #: The pipeline modules, as the workers load them.
+    modules: tuple[str, ...] = tuple(Settings.model_fields["pipelines"].default.split(","))
+    #: Partitions of the topics when they do not exist yet.
+    partitions: int = 8
+    #: The executors' garbage collector thresholds (the workers' setting).
+    gc_thresholds: tuple[int, int, int] = (100_000, 50, 100)
 
     @property
     def views_at(self) -> Path | str:
         """The views' location: ``--views``, else ``out`` (the report stays in ``out``)."""
         return self.views or self.out
+
+    def spec(self, partitions: int, clock_ms: int) -> JobSpec:
+        return JobSpec(
+            self.modules,
+            partitions,
+            self.max_event_bytes,
+            self.window_retention_ms,
+            self.app_id,
+            clock_ms,
+            self.gc_thresholds,
+        )
 
 
 class Progress:
@@ -88,14 +116,23 @@ class Progress:
         return time.monotonic() - self.started
 
 
-async def _take_cut(options: Options) -> Cut:
-    changelogs = [spec.changelog for spec in compare.specs(options.app_id).values()]
+def topics_of(declared: Declared) -> tuple[list[str], list[str]]:
+    """The topics the cut covers: the sources (global tables' included) and the
+    changelogs of the compared tables."""
+    plan = declared.plan
+    sources = set(plan.sources) | {spec.topic for spec in plan.globals.values()}
+    changelogs = [changelog_topic(declared.spec.app_id, name) for name in plan.tables]
+    return sorted(sources), changelogs
+
+
+async def _take_cut(options: Options, declared: Declared) -> Cut:
+    sources, changelogs = topics_of(declared)
     return await asyncio.wait_for(
         take_cut(
             options.bootstrap,
-            list(SOURCES),
+            sources,
             changelogs,
-            [kio.CORRECTIONS_TOPIC],
+            [CORRECTIONS_TOPIC],
             options.app_id,
             options.settle_s,
         ),
@@ -116,10 +153,12 @@ def checked_session(
             options.shuffle_partitions,
             options.python_env,
             dict(options.spark_conf),
+            modules=options.modules,
         )
     try:
+        ship_modules(spark, options.modules)
         if always or not str(spark.sparkContext.master).startswith("local"):
-            preflight.run(spark, udf_jar_in_use(spark), say)
+            preflight.run(spark, options.modules, say)
     except BaseException:
         if own:
             spark.stop()
@@ -127,11 +166,23 @@ def checked_session(
     return spark
 
 
-async def prepare(options: Options, say: Progress, spark: Any = None) -> tuple[Any, Cut]:
-    """The checked session and the offset cut, at once: the JVM starts and the executors
-    are checked while the cut waits for the workers to settle. A failed preflight ends
-    the wait."""
-    cutting = asyncio.ensure_future(_take_cut(options))
+async def prepare(
+    options: Options, declared: Declared, say: Progress, spark: Any = None
+) -> tuple[Any, Cut, GlobalData]:
+    """The checked session, the offset cut and the global tables as of the cut, at once:
+    the JVM starts and the executors are checked while the cut waits for the workers to
+    settle and the global tables are read. A failed preflight ends the wait."""
+
+    async def cut_and_globals() -> tuple[Cut, GlobalData]:
+        cut = await _take_cut(options, declared)
+        found = await read_global_tables(
+            options.bootstrap, declared.plan.globals, cut.sources, options.max_event_bytes
+        )
+        for name, data in found.items():
+            say(f"global table {name}: {len(data)} keys as of the cut")
+        return cut, found
+
+    cutting = asyncio.ensure_future(cut_and_globals())
     try:
         ready = await asyncio.to_thread(checked_session, options, say, spark)
     except BaseException:
@@ -140,110 +191,24 @@ async def prepare(options: Options, say: Progress, spark: Any = None) -> tuple[A
             await cutting
         raise
     try:
-        return ready, await cutting
+        cut, found = await cutting
     except BaseException:
         if spark is None:
             ready.stop()
         raise
+    return ready, cut, found
 
 
-def _word_count_view(options: Options, lines: Any, say: Progress) -> Any:
-    counts = transforms.word_counts(lines, options.max_event_bytes)
-    view = kio.write_view(counts, options.views_at, "word_counts")
-    say(f"word_counts: {view.count()} words recomputed")
-    return view
-
-
-def _store_views(options: Options, events: Any, products: Any, say: Progress) -> dict[str, Any]:
-    """inventory and sales_by_category from one aggregation, kept while both are written.
-
-    The first pass parses the item events in the plain JSON form and sums them in the JVM;
-    a second pass, only when the first left any, parses the others in Python.
-    """
-    limit = options.max_event_bytes
-    versions = _catalogue(products, limit, say)
-    first = transforms.plain_store_totals(events, versions, limit)
-    if first is None:
-        say("item-events: no Java UDF, every record is parsed in Python")
-        first = transforms.store_totals(transforms.other_events(events, limit), versions)
-    totals = first.persist()
-    pending = transforms.pending_records(totals)
-    if pending:
-        say(f"item-events: {pending} records outside the plain JSON form, parsed in Python")
-        other = transforms.store_totals(transforms.other_events(events, limit), versions)
-        merged = transforms.merge_totals(totals, other).persist()
-        totals.unpersist()
-        totals = merged
-    inventory = kio.write_view(transforms.inventory(totals), options.views_at, "inventory")
-    views = {"inventory": inventory}
-    say(f"inventory: {views['inventory'].count()} stores recomputed")
-    sales = transforms.sales_by_category(totals)
-    views["sales_by_category"] = kio.write_view(sales, options.views_at, "sales_by_category")
-    say(f"sales_by_category: {views['sales_by_category'].count()} windows recomputed")
-    totals.unpersist()
-    versions.unpersist()
-    return views
-
-
-def _catalogue(products: Any, limit: int, say: Progress) -> Any:
-    """The catalogue's versions, cached and counted before the events are read (the JVM's
-    store totals broadcast them; so does the join of the Spark SQL path, once it knows
-    their size). Records outside the plain form are parsed in Python, in a second pass
-    that runs only when there are any: without one, no Python worker starts."""
-    first = transforms.plain_product_versions(products, limit)
-    if first is None:
-        versions = transforms.product_versions(products, limit).persist()
-    else:
-        first = first.persist()
-        pending = first.where(~sf.col("plain")).count()
-        versions = first.where(sf.col("plain")).drop("plain")
-        if pending:
-            say(f"products: {pending} records outside the plain JSON form, parsed in Python")
-            versions = versions.unionByName(transforms.other_product_versions(products, limit))
-        versions = versions.persist()
-    say(f"products: {versions.count()} catalogue versions")
-    if first is not None:
-        first.unpersist()  # versions is materialized
-    return versions
-
-
-def _live_tables(
-    spark: Any, options: Options, cut: Cut, say: Progress
-) -> tuple[dict[str, Any], Any]:
-    """The live tables from their changelogs up to the cut, and the cached frame they
-    are read from (the caller unpersists it once the tables are compared).
-
-    The changelogs are read together and their latest values found in one aggregation,
-    counted per changelog in the same Spark job. Each read or job of its own has a fixed
-    cost: about 1.2 s to read a changelog of a few thousand records (measured, warm
-    JVM), and a small job waits for a core behind the long tasks of the other pools.
-    """
-    specs = compare.specs(options.app_id)
-    decoders = {
-        "word_counts": transforms.live_word_counts,
-        "inventory": transforms.live_inventory,
-        "sales_by_category": transforms.live_sales_by_category,
-    }
-    ends = {spec.changelog: cut.changelogs.get(spec.changelog, {}) for spec in specs.values()}
-    newest = transforms.latest_by_topic(kio.read_ranges(spark, options.bootstrap, ends)).persist()
-    counts = {row["topic"]: row["count"] for row in newest.groupBy("topic").count().collect()}
-    tables = {}
-    for name, spec in specs.items():
-        rows = newest.where(sf.col("topic") == spec.changelog).drop("topic")
-        tables[name] = decoders[name](rows)
-        say(f"{name}: {counts.get(spec.changelog, 0)} live keys read from {spec.changelog}")
-    return tables, newest
+def partitions_of(cut: Cut, topics: list[str], default: int) -> int:
+    """The partitions of the source topics (co-partitioned: the most any has)."""
+    counts = [len(cut.sources[t]) for t in topics if cut.sources.get(t)]
+    return max(counts, default=default)
 
 
 def in_pool(spark: Any, name: str, work: Callable[..., T], *args: Any) -> T:
-    """``work(*args)`` with the Spark jobs it submits in the scheduler pool ``name``.
-
-    The session schedules pools fairly (``jobs/session.py``): the jobs of concurrent
-    threads share the cores, so a small job (the catalogue) does not wait behind a large
-    one's tasks, and the largest (the item events) starts at once. Measured on the
-    bench's 10,000,000 records: 46.6 and 46.9 s, against 49.3 and 53.6 s first come, first
-    served.
-    """
+    """``work(*args)`` with the Spark jobs it submits in the scheduler pool ``name``:
+    the pools share the cores fairly, so the live tables' read fills the cores the
+    recompute leaves idle (its last tasks, the driver's work between stages)."""
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
     try:
         return work(*args)
@@ -251,94 +216,159 @@ def in_pool(spark: Any, name: str, work: Callable[..., T], *args: Any) -> T:
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
 
 
+def horizons(options: Options, declared: Declared, cut: Cut) -> dict[str, int]:
+    """Per windowed table, the time at or before which its windows are left out."""
+    found = {}
+    for name, spec in declared.plan.specs.items():
+        if spec.window is not None:
+            retention = spec.window.retention_ms
+            kept = options.window_retention_ms if retention is None else retention
+            found[name] = cut.taken_at_ms - kept + EXPIRY_MARGIN_MS
+    return found
+
+
+def _live(spark: Any, options: Options, cut: Cut, declared: Declared, say: Progress) -> DataFrame:
+    frame = live_tables(spark, options.bootstrap, cut, options.app_id, declared.plan.specs)
+    if frame is None:
+        say("live tables: no changelog holds a record")
+        empty: DataFrame = spark.createDataFrame([], compare.ROW_DDL)
+        return empty
+    frame = frame.persist()
+    say(f"live tables: {frame.count()} keys read from their changelogs")
+    return frame
+
+
 def views(
-    spark: Any, options: Options, cut: Cut, say: Progress
-) -> tuple[dict[str, Any], dict[str, Any], Any]:
-    """The three tables recomputed from the sources up to the cut (written as Parquet),
-    the live tables read from their changelogs, and the cached frame these come from.
-
-    The word count, the store views and the changelog reads are Spark jobs submitted at
-    once, so that one's tasks fill the cores another leaves idle (its last tasks, its
-    writes, the driver's work between stages). Measured: the catalogue read alone first
-    (the store views need it) made the whole job slower, 36.7 and 38.0 s against 34.2 and
-    36.6 s.
-    """
-    read = {t: kio.read_range(spark, options.bootstrap, t, cut.sources.get(t, {})) for t in SOURCES}
-    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="recompute") as pool:
-        stores = pool.submit(
-            in_pool,
-            spark,
-            STORES_POOL,
-            _store_views,
-            options,
-            read["item-events"],
-            read["products"],
-            say,
-        )
-        words = pool.submit(
-            in_pool, spark, WORDS_POOL, _word_count_view, options, read["text-lines"], say
-        )
-        live = pool.submit(in_pool, spark, LIVE_POOL, _live_tables, spark, options, cut, say)
-        stream, cached = live.result()
-        return {"word_counts": words.result(), **stores.result()}, stream, cached
-
-
-def reconcile(spark: Any, options: Options, cut: Cut, say: Progress) -> dict[str, Any]:
-    """Build the report; publish corrections with ``--repair``."""
-    batch, stream, cached = views(spark, options, cut, say)
-    try:
-        return _compare(spark, options, cut, batch, stream, say)
-    finally:
-        cached.unpersist()
-
-
-def _compare(
     spark: Any,
     options: Options,
     cut: Cut,
-    batch: dict[str, Any],
-    stream: dict[str, Any],
+    declared: Declared,
+    global_data: GlobalData,
+    say: Progress,
+) -> tuple[Recomputation, DataFrame]:
+    """The recomputed tables and the live ones (both cached), computed at once."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="live") as pool:
+        live = pool.submit(in_pool, spark, LIVE_POOL, _live, spark, options, cut, declared, say)
+        batch = in_pool(
+            spark,
+            RECOMPUTE_POOL,
+            recompute,
+            spark,
+            options.bootstrap,
+            cut,
+            declared,
+            global_data,
+            say,
+        )
+        return batch, live.result()
+
+
+def _write_views(options: Options, declared: Declared, batch: Recomputation, say: Progress) -> None:
+    for name, count in write_views(batch, options.views_at, declared.plan.specs).items():
+        say(f"{name}: {count} keys recomputed")
+
+
+def reconcile(
+    spark: Any,
+    options: Options,
+    cut: Cut,
+    declared: Declared,
+    global_data: GlobalData,
     say: Progress,
 ) -> dict[str, Any]:
-    horizon = transforms.expired_horizon(cut.taken_at_ms, options.window_retention_ms)
-    batch["sales_by_category"] = transforms.live_windows(batch["sales_by_category"], horizon)
-    stream["sales_by_category"] = transforms.live_windows(stream["sales_by_category"], horizon)
-    specs = compare.specs(options.app_id)
-
-    def reconcile_table(name: str) -> dict[str, Any]:
-        spec = specs[name]
-        differences = compare.diff(spec, batch[name], stream[name]).persist()
-        entry = compare.summarize(differences, options.examples)
-        say(f"{name}: compared {entry['keys_compared']} keys")
-        if options.repair and _differs(entry):
-            sent = kio.publish_corrections(
-                options.bootstrap, compare.corrections(spec, differences)
+    """Build the report, the recomputed tables written as Parquet meanwhile (small jobs
+    that mostly wait on each other); publish corrections with ``--repair``."""
+    batch, stream = views(spark, options, cut, declared, global_data, say)
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="views") as pool:
+            written = pool.submit(
+                in_pool, spark, LIVE_POOL, _write_views, options, declared, batch, say
             )
-            entry["corrections_published"] = sent
-            say(f"{name}: published {sent} corrections")
-        differences.unpersist()
-        return entry
+            report = in_pool(
+                spark, RECOMPUTE_POOL, _compare, options, cut, declared, batch, stream, say
+            )
+            written.result()
+        return report
+    finally:
+        batch.unpersist()
+        stream.unpersist()
 
-    # The tables are compared at once: small Spark jobs, mostly waiting on each other.
-    with ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="compare") as pool:
-        work = [pool.submit(in_pool, spark, name, reconcile_table, name) for name in specs]
-        tables = {name: done.result() for name, done in zip(specs, work, strict=True)}
-    published = sum(entry.get("corrections_published", 0) for entry in tables.values())
+
+def _compare(
+    options: Options,
+    cut: Cut,
+    declared: Declared,
+    batch: Recomputation,
+    stream: DataFrame,
+    say: Progress,
+) -> dict[str, Any]:
+    plan = declared.plan
+    limits = horizons(options, declared, cut)
+    differences = compare.diff(batch.tables, stream, limits).persist()
+    try:
+        tables = compare.summarize(differences, list(plan.tables), options.examples)
+        for name, entry in tables.items():
+            entry["recompute"] = plan.tables[name].as_json()
+            say(f"{name}: compared {entry['keys_compared']} keys")
+        published = 0
+        if options.repair and any(compare.differs(e) for e in tables.values()):
+            published = kio.publish_corrections(options.bootstrap, corrections(differences))
+            say(f"repair: published {published} corrections")
+    finally:
+        differences.unpersist()
     return {
         "cut": cut.as_json(),
         "tables": tables,
+        "not_recomputed": [entry.as_json() for entry in plan.not_recomputed],
+        "pipelines": _pipelines(declared),
+        "figures": batch.figures,
+        "global_tables": batch.globals,
         "cut_taken_at_ms": cut.taken_at_ms,
         "cut_settled": cut.settled,
         "group_lag": cut.group_lag,
         "group_members": cut.group_members,
         "log_start": {t: {str(p): o for p, o in v.items()} for t, v in cut.log_start.items()},
-        "sales_window_horizon_ms": horizon,
+        "window_horizons_ms": limits,
         "corrections_published": published,
     }
 
 
-def _differs(entry: dict[str, Any]) -> bool:
-    return any(entry[k] for k in compare.DIFFERENCES)
+def _pipelines(declared: Declared) -> dict[str, dict[str, Any]]:
+    """Each loaded pipeline: the stage and mode it ran in, or why it did not run."""
+    plan = declared.plan
+    refused = {entry.pipeline: entry.reason for entry in plan.not_recomputed}
+    found: dict[str, dict[str, Any]] = {}
+    for name in plan.pipelines:
+        if name in plan.modes:
+            found[name] = {"stage": plan.stage_of(name), "mode": plan.modes[name]}
+        elif name in refused:
+            found[name] = {"not_recomputed": refused[name]}
+        else:
+            found[name] = {"skipped": "writes no table the job compares, feeds none"}
+    return found
+
+
+def corrections(differences: DataFrame) -> Iterator[tuple[bytes, bytes]]:
+    """The ``corrections`` records of every differing key."""
+    rows = differences.where(sf.col("status") != compare.EQUAL).toLocalIterator()
+    for row in rows:
+        start = row["window_start"]
+        batch_window = (
+            None if start is None or row["batch_end"] is None else (start, row["batch_end"])
+        )
+        live_window = (
+            None if start is None or row["stream_end"] is None else (start, row["stream_end"])
+        )
+        yield from corrections_for(
+            row["table"],
+            row["key"],
+            compare.loads(row["batch"]),
+            compare.loads(row["stream"]),
+            batch_window,
+            live_window,
+            # A live value that is no JSON gets no "expected": it is replaced whatever it is.
+            live_readable=row["stream"] is None or compare.is_json(row["stream"]),
+        )
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -350,9 +380,11 @@ def summary(report: dict[str, Any]) -> str:
     """The human summary printed on stdout."""
     cut = report["cut"]
     lines = ["streamstate recompute: batch vs live tables at the offset cut"]
-    for topic in SOURCES:
-        offsets = cut.get(topic, {})
-        lines.append(f"  cut {topic}: {sum(offsets.values())} offsets in {len(offsets)} partitions")
+    for topic, offsets in cut.items():
+        if not topic.endswith("-changelog"):
+            lines.append(
+                f"  cut {topic}: {sum(offsets.values())} offsets in {len(offsets)} partitions"
+            )
     if not report["cut_settled"]:
         lines.append(
             f"  WARNING: the workers had not caught up with the cut (lag {report['group_lag']});"
@@ -374,7 +406,12 @@ def summary(report: dict[str, Any]) -> str:
                 f"      {example['status']}: {example['key']!r}"
                 f" batch={_short(example['batch'])} stream={_short(example['stream'])}"
             )
-    differs = any(_differs(e) for e in report["tables"].values())
+        reason = entry.get("recompute", {}).get("order_dependent")
+        if reason:
+            lines.append(f"      may differ without an error: {reason}")
+    for entry in report.get("not_recomputed", []):
+        lines.append(f"  NOT RECOMPUTED: {entry['table']} ({entry['pipeline']}): {entry['reason']}")
+    differs = any(compare.differs(e) for e in report["tables"].values())
     if report["corrections_published"]:
         lines.append(f"  repair: published {report['corrections_published']} corrections")
     lines.append(
@@ -387,13 +424,18 @@ def run(options: Options, spark: Any = None) -> int:
     """One run; returns the exit status. ``spark`` reuses an existing session."""
     say = Progress()
     own_session = spark is None
+    declared = declare(options.spec(options.partitions, int(time.time() * 1000)))
+    say(f"{len(declared.loaded.pipelines)} pipelines loaded from {', '.join(options.modules)}")
     say(f"taking the offset cut on {options.bootstrap} (settle up to {options.settle_s:.0f}s)")
-    spark, cut = asyncio.run(prepare(options, say, spark))
+    spark, cut, global_data = asyncio.run(prepare(options, declared, say, spark))
     options.out.mkdir(parents=True, exist_ok=True)
     idle = ", no worker in the group" if cut.group_members == 0 else ""
     say(f"cut taken ({'settled' if cut.settled else f'NOT settled, lag {cut.group_lag}{idle}'})")
+    sources, _ = topics_of(declared)
+    partitions = partitions_of(cut, sources, options.partitions)
+    declared = declare(options.spec(partitions, cut.taken_at_ms))
     try:
-        report = reconcile(spark, options, cut, say)
+        report = reconcile(spark, options, cut, declared, global_data, say)
     finally:
         if own_session:
             spark.stop()
@@ -401,7 +443,7 @@ def run(options: Options, spark: Any = None) -> int:
     path = kio.write_report(options.out, report)
     print(summary(report), flush=True)
     say(f"report written to {path}")
-    return EXIT_DIFFERS if any(_differs(e) for e in report["tables"].values()) else EXIT_SAME
+    return EXIT_DIFFERS if any(compare.differs(e) for e in report["tables"].values()) else EXIT_SAME
 
 
 def check(options: Options) -> int:
@@ -420,8 +462,10 @@ def _conf_pair(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def parse_args(argv: list[str] | None = None) -> Options:
-    env = os.environ
+def parse_args(argv: list[str] | None = None, settings: Settings | None = None) -> Options:
+    """The options of a run: the command line, and the settings the workers share
+    (pipeline modules, window retention, event size limit, partitions)."""
+    settings = settings or Settings()
     parser = argparse.ArgumentParser(
         prog="python -m jobs.recompute", description=__doc__.split("\n\n")[0]
     )
@@ -442,7 +486,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         "--python-env",
         default=None,
         metavar="PYTHON",
-        help="an interpreter every executor has, with pyarrow and pydantic "
+        help="an interpreter every executor has, with the pipelines' dependencies "
         "(default on a cluster: the job packs the driver's and ships it)",
     )
     parser.add_argument(
@@ -463,14 +507,13 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument(
         "--preflight-only",
         action="store_true",
-        help="check the executors (their Python and the UDF jar) and exit: 0 ready, 2 not",
+        help="check the executors (their Python and the pipeline modules) and exit: 0 ready, 2 not",
     )
     args = parser.parse_args(argv)
     if args.out is None and not args.preflight_only:
         parser.error("the following arguments are required: --out")
     # spark-submit (PYSPARK_GATEWAY_PORT set) chooses the master itself.
-    master = args.master or (None if "PYSPARK_GATEWAY_PORT" in env else "local[*]")
-    days = float(env.get("STREAMSTATE_WINDOW_RETENTION_DAYS", "7"))
+    master = args.master or (None if "PYSPARK_GATEWAY_PORT" in os.environ else "local[*]")
     return Options(
         bootstrap=args.bootstrap,
         out=args.out or Path("."),  # a preflight writes nothing
@@ -479,18 +522,25 @@ def parse_args(argv: list[str] | None = None) -> Options:
         app_id=args.app_id,
         settle_s=args.settle_timeout,
         examples=args.examples,
-        max_event_bytes=int(env.get("STREAMSTATE_MAX_EVENT_BYTES", str(64 * 1024))),
-        window_retention_ms=int(days * DAY_MS),
+        max_event_bytes=settings.max_event_bytes,
+        window_retention_ms=int(settings.window_retention_days * DAY_MS),
         shuffle_partitions=args.shuffle_partitions,
         python_env=args.python_env,
         preflight_only=args.preflight_only,
         spark_conf=tuple(args.conf),
         views=args.views,
+        modules=tuple(settings.pipeline_modules),
+        partitions=settings.topic_partitions,
+        gc_thresholds=settings.gc_thresholds,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = parse_args(argv)
+    try:
+        options = parse_args(argv)
+    except ValueError as error:  # the settings (a pydantic ValidationError)
+        print(f"recompute: invalid settings: {error}", file=sys.stderr)
+        return EXIT_ERROR
     try:
         return check(options) if options.preflight_only else run(options)
     except preflight.PreflightError as error:  # one line: what is missing, and the fix

@@ -1,5 +1,5 @@
-"""The Spark session of the batch job, with Spark's Kafka source and the job's own Java
-UDFs on its classpath.
+"""The Spark session of the batch job, with Spark's Kafka source on its classpath, and
+on a cluster the project's modules and the pipeline modules shipped to the executors.
 
 The connector (``spark-sql-kafka-0-10``, the version of the installed pyspark) is resolved
 from Maven Central by ``jobs/pom.xml`` once, into ``.cache/spark-jars-<version>/``, and
@@ -7,59 +7,36 @@ passed as ``spark.jars``: Spark's own ``spark.jars.packages`` resolver does not 
 Maven's settings. An image that copied the connector into pyspark's own ``jars/`` folder
 needs neither.
 
-The Java code (``jobs/java/``: the parsers of item events and catalogue records in the
-plain form, the store totals, the tokeniser and the word counter, with the Python
-character tables of ``jobs/pytext.py``) is compiled with
-``javac`` against pyspark's jars into
-``.cache/streamstate-udfs-<version>-<hash>.jar`` on first use, or installed into pyspark's
-``jars/`` folder (``python -m jobs.session --install-udfs``, as the batch image does).
-Without a JDK the job still runs, slower: every item event and catalogue record is then
-parsed in Python, ASCII lines are split by Spark SQL functions and the others by Python.
+The executors run the pipelines' own functions (``jobs/tasks.py``), so they import the
+project's packages and every pipeline module: on a local master they have the driver's
+interpreter and path; on a cluster the session ships them with ``addPyFile`` (one zip of
+the project's packages, and the modules named in the settings that live outside it), and
+their dependencies come with the packed environment (``jobs/pyenv.py``).
 """
 
 from __future__ import annotations
 
-import hashlib
+import importlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import warnings
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
-from jobs import pyenv, pytext
+from jobs import pyenv
 
 ROOT = Path(__file__).resolve().parents[1]
 POM = Path(__file__).resolve().parent / "pom.xml"
 CONNECTOR = "spark-sql-kafka-0-10"
-JAVA_SOURCES = Path(__file__).resolve().parent / "java"
 #: The job's scheduler pools (one per thread that submits Spark jobs).
 SCHEDULER_POOLS = Path(__file__).resolve().parent / "fairscheduler.xml"
-#: The Java UDFs: SQL name -> (class, return type).
-JAVA_UDFS = {
-    "streamstate_plain_item_event": (
-        "streamstate.jobs.PlainItemEvent",
-        "struct<ok:boolean,event_id:string,store_id:string,sku:string,kind:string,"
-        "quantity:bigint,unit_price:double,ts:bigint>",
-    ),
-    "streamstate_plain_product": (
-        "streamstate.jobs.PlainProduct",
-        "struct<ok:boolean,category:string>",
-    ),
-    "streamstate_words": ("streamstate.jobs.Words", "array<string>"),
-}
-UDF_JAR_PREFIX = "streamstate-udfs"
-#: Python's character tables in the jar, next to the class that reads them.
-TEXT_TABLES = "streamstate/jobs/python-text.bin"
-#: Modules the executors' Python workers import (the UDFs call the shared semantics).
-SHIPPED = ("core/__init__.py", "core/models.py", "core/semantics.py", "jobs/__init__.py")
 
 
 class SparkSetupError(RuntimeError):
@@ -104,17 +81,11 @@ def bundled_connector_jars() -> list[Path]:
     )
 
 
-def job_jars(local: bool) -> tuple[list[Path], Path | None]:
-    """The jars the session ships (``spark.jars``) and the UDF jar (None without a JDK).
-
-    A local master loads what pyspark's jars folder holds by itself; a cluster's
-    executors are sent everything the job needs from outside their Spark."""
+def job_jars(local: bool) -> list[Path]:
+    """The jars the session ships (``spark.jars``): a local master loads what pyspark's
+    jars folder holds by itself; a cluster's executors are sent the connector."""
     bundled = bundled_connector()
-    jars = [] if bundled and local else bundled_connector_jars() if bundled else resolve_jars()
-    udfs = udf_jar()
-    if udfs is not None and (udfs.parent != pyspark_jars() or not local):
-        jars.append(udfs)
-    return jars, udfs
+    return [] if bundled and local else bundled_connector_jars() if bundled else resolve_jars()
 
 
 def jar_cache(version: str | None = None) -> Path:
@@ -149,93 +120,6 @@ def resolve_jars(cache: Path | None = None) -> list[Path]:
     if not any(jar.name.startswith(CONNECTOR) for jar in jars):
         raise SparkSetupError(f"no {CONNECTOR} jar in {cache}")
     return jars
-
-
-def _udf_sources() -> list[Path]:
-    return sorted(JAVA_SOURCES.rglob("*.java"))
-
-
-def udf_jar_name() -> str:
-    """Named by the Spark version, the sources and the Python the text tables come from."""
-    digest = hashlib.sha256(pytext.fingerprint().encode())
-    for source in [*_udf_sources(), Path(pytext.__file__).resolve()]:
-        digest.update(source.relative_to(ROOT).as_posix().encode())
-        digest.update(source.read_bytes())
-    return f"{UDF_JAR_PREFIX}-{spark_version()}-{digest.hexdigest()[:12]}.jar"
-
-
-def bundled_udfs() -> Path | None:
-    """The UDF jar in pyspark's own jars folder, if this version of it is installed there."""
-    jar = pyspark_jars() / udf_jar_name()
-    return jar if jar.exists() else None
-
-
-def build_udf_jar(target: Path) -> Path:
-    """Compile ``jobs/java`` against pyspark's jars into the jar ``target``."""
-    javac = shutil.which("javac")
-    if javac is None:
-        raise SparkSetupError("javac not found: the Java UDFs need a JDK to be built")
-    classpath = os.pathsep.join(str(j) for j in sorted(pyspark_jars().glob("*.jar")))
-    with tempfile.TemporaryDirectory(prefix="streamstate-udfs-") as scratch:
-        classes = Path(scratch) / "classes"
-        command = [javac, "--release", "17", "-nowarn", "-cp", classpath, "-d", str(classes)]
-        done = subprocess.run(
-            command + [str(s) for s in _udf_sources()], capture_output=True, text=True
-        )
-        if done.returncode != 0:
-            raise SparkSetupError(f"javac failed: {done.stderr.strip()[-2000:]}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(f".{os.getpid()}.tmp")  # another job may build it too
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
-            for path in sorted(classes.rglob("*.class")):
-                archive.write(path, path.relative_to(classes).as_posix())
-            archive.writestr(TEXT_TABLES, pytext.tables())
-        partial.replace(target)
-    return target
-
-
-def udf_jar() -> Path | None:
-    """The jar of the Java UDFs: installed, cached, or built now; None without a JDK."""
-    installed = bundled_udfs()
-    if installed is not None:
-        return installed
-    cached = ROOT / ".cache" / udf_jar_name()
-    if cached.exists():
-        return cached
-    try:
-        print("recompute: compiling the Java UDFs", file=sys.stderr)
-        return build_udf_jar(cached)
-    except SparkSetupError as error:
-        print(f"recompute: {error}; item events will be parsed in Python", file=sys.stderr)
-        return None
-
-
-def register_udfs(spark: Any) -> bool:
-    """Register the Java UDFs on ``spark``; False when their classes are not loadable."""
-    try:
-        for name, (cls, return_type) in JAVA_UDFS.items():
-            spark.udf.registerJavaFunction(name, cls, return_type)
-    except Exception as error:  # py4j reports a missing class as a generic error
-        print(
-            f"recompute: Java UDFs unavailable ({type(error).__name__}); "
-            "item events will be parsed in Python",
-            file=sys.stderr,
-        )
-        return False
-    return True
-
-
-def _ship_semantics(spark: Any) -> None:
-    """On a cluster, send the pure modules the UDFs import to the executors."""
-    target = Path(tempfile.mkdtemp(prefix="streamstate-pyfiles-")) / "streamstate_jobs.zip"
-    with zipfile.ZipFile(target, "w") as archive:
-        for name in SHIPPED:
-            archive.write(ROOT / name, name)
-        for module in sorted((ROOT / "jobs").glob("*.py")):
-            if f"jobs/{module.name}" not in SHIPPED:
-                archive.write(module, f"jobs/{module.name}")
-    spark.sparkContext.addPyFile(str(target))
 
 
 def _submitted_conf() -> dict[str, str]:
@@ -276,11 +160,71 @@ def _python_for_workers(python: str) -> Iterator[None]:
             os.environ["PYSPARK_PYTHON"] = before
 
 
+#: The project's packages the executors import (the engine's batch functions, the streams
+#: API, the demo pipelines and the job's tasks).
+SHIPPED_PACKAGES = ("core", "tables", "streams", "agents", "jobs")
+
+
+def top_level_files(modules: Iterable[str]) -> list[Path]:
+    """The files that hold the pipeline modules outside the project's packages: a
+    top-level package's folder, or a module's file (imported here, as the driver loads
+    them)."""
+    found: dict[Path, None] = {}
+    for name in modules:
+        top_name = name.split(".")[0]
+        top = importlib.import_module(top_name)
+        origin = getattr(top, "__file__", None)
+        if origin is None:
+            continue
+        path = Path(origin).resolve()
+        if path.name == "__init__.py":
+            path = path.parent
+        if top_name in SHIPPED_PACKAGES and path.parent == ROOT:
+            continue  # one of the project's own packages
+        found[path] = None
+    return list(found)
+
+
+def _zip_tree(archive: zipfile.ZipFile, folder: Path, base: Path) -> None:
+    for module in sorted(folder.rglob("*.py")):
+        if "__pycache__" not in module.parts:
+            archive.write(module, module.relative_to(base).as_posix())
+
+
+def ship_modules(spark: Any, modules: Iterable[str]) -> list[str]:
+    """Send the pipeline modules that live outside the project to the executors
+    (``addPyFile``), and on a cluster the project's packages too; returns what was added
+    (a file a session has already is not added again)."""
+    context = spark.sparkContext
+    scratch = Path(tempfile.mkdtemp(prefix="streamstate-pyfiles-"))
+    shipped: list[str] = []
+    if not str(context.master).startswith("local"):
+        target = scratch / "streamstate.zip"
+        with zipfile.ZipFile(target, "w") as archive:
+            for package in SHIPPED_PACKAGES:
+                _zip_tree(archive, ROOT / package, ROOT)
+        shipped.append(str(target))
+    for path in top_level_files(modules):
+        if path.is_dir():
+            bundle = scratch / f"{path.name}.zip"
+            with zipfile.ZipFile(bundle, "w") as archive:
+                _zip_tree(archive, path, path.parent)
+            shipped.append(str(bundle))
+        else:
+            shipped.append(str(path))
+    known = set(getattr(context, "_python_includes", None) or ())
+    added = [item for item in shipped if Path(item).name not in known]
+    for item in added:
+        context.addPyFile(item)
+    return added
+
+
 def build_session(
     master: str | None,
     shuffle_partitions: int | None = None,
     python_env: str | None = None,
     conf: Mapping[str, str] | None = None,
+    modules: Iterable[str] = (),
 ) -> Any:
     """A SparkSession for the job; ``master`` None keeps what spark-submit chose. ``conf``
     (``--conf`` of the job) is set last: the operator's word wins over the job's defaults.
@@ -288,9 +232,10 @@ def build_session(
     The executors' Python is ``python_env`` when given (an interpreter every node has),
     else ``PYSPARK_PYTHON``, else the driver's own on a local master and on any other
     the driver's dependencies packed as an archive (``jobs/pyenv.py``), shipped with
-    ``spark.archives`` and unpacked by each executor.
+    ``spark.archives`` and unpacked by each executor. ``modules``: the pipeline modules,
+    whose dependencies the packed environment holds (:func:`ship_modules` sends them).
     """
-    # pyspark 4.2 warns about pandas 3 on every UDF; the UDFs here use plain Series.
+    # pyspark 4.2 warns about pandas 3 whenever it looks at pandas; the job uses Arrow.
     warnings.filterwarnings(
         "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
     )
@@ -301,11 +246,11 @@ def build_session(
     builder = SparkSession.builder.appName("streamstate-recompute")
     if master:
         builder = builder.master(master)
-    jars, udfs = job_jars(local)
+    jars = job_jars(local)
     if jars:
         merged = _merged(submitted.get("spark.jars"), [str(j) for j in jars])
         builder = builder.config("spark.jars", merged)
-    python = pyenv.choose_python(local, python_env, os.environ)
+    python = pyenv.choose_python(local, python_env, os.environ, modules)
     builder = builder.config("spark.pyspark.python", python.python).config(
         pyenv.SOURCE_KEY, python.source
     )
@@ -315,7 +260,7 @@ def build_session(
         builder = builder.config("spark.archives", archives)
     if master is not None and local:
         # The local JVM starts here: room for the aggregations, and the throughput
-        # collector (a batch job has no pause target; measured: about 3 s of 50 s).
+        # collector (a batch job has no pause target).
         builder = builder.config(
             "spark.driver.memory", os.environ.get("STREAMSTATE_SPARK_DRIVER_MEMORY", "2g")
         ).config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
@@ -337,46 +282,20 @@ def build_session(
     with _python_for_workers(python.python):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    if not str(spark.sparkContext.master).startswith("local"):
-        _ship_semantics(spark)
-    if udfs is not None and str(udfs) not in spark.sparkContext.getConf().get("spark.jars", ""):
-        # Under spark-submit the session existed before: spark.jars set here came too late.
-        spark.sql(f"ADD JAR '{udfs}'")
-    register_udfs(spark)
     return spark
 
 
-def udf_jar_in_use(spark: Any) -> str | None:
-    """The UDF jar the session loads (from spark.jars or pyspark's jars folder), if any."""
-    shipped = spark.sparkContext.getConf().get("spark.jars", "")
-    for jar in shipped.split(","):
-        if Path(jar).name.startswith(UDF_JAR_PREFIX):
-            return str(jar)
-    installed = bundled_udfs()
-    return None if installed is None else str(installed)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.session``: resolve the connector jars and build the UDF jar now
-    (``make spark-jars``); ``--install-udfs`` puts the UDF jar into pyspark's jars folder."""
-    args = sys.argv[1:] if argv is None else argv
+    """``python -m jobs.session`` (``make spark-jars``): resolve the connector jars now."""
     try:
-        if args == ["--install-udfs"]:
-            target = build_udf_jar(pyspark_jars() / udf_jar_name())
-            print(f"spark-jars: Java UDFs installed as {target}")
-            return 0
         if bundled_connector():
             print("spark-jars: pyspark already ships the Kafka source")
         else:
             jars = resolve_jars()
             print(f"spark-jars: {len(jars)} jars in {jars[0].parent}")
-        udfs = udf_jar()
     except SparkSetupError as error:
         print(f"spark-jars: {error}", file=sys.stderr)
         return 1
-    if udfs is None:
-        return 1
-    print(f"spark-jars: Java UDFs in {udfs}")
     return 0
 
 

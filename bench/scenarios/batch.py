@@ -116,11 +116,13 @@ def _scan(
 def _on_cluster(kafka: BenchKafka, sizes: Sizes, work: Path, notes: list[str]) -> float | None:
     """The recompute's wall time on a standalone master with two one-core workers (the
     job's packed Python environment shipped to them), or None when it failed."""
+    from core.settings import Settings
     from jobs.pyenv import executor_archive
     from jobs.standalone import StandaloneCluster
 
     started = time.monotonic()
-    archive = executor_archive()  # packed once; a cached one is reused
+    # packed once for the pipeline modules; a cached one is reused
+    archive = executor_archive(modules=Settings().pipeline_modules)
     packed_s = time.monotonic() - started
     cluster = StandaloneCluster(work / "spark-standalone", workers=2)
     cluster.start()

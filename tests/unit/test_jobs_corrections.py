@@ -1,94 +1,77 @@
-"""The corrections agent's checks: key formats, routing and value validation."""
+"""The records a repair publishes to ``corrections``, and how values are compared."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import orjson
 import pytest
-from agents.corrections import parse_window_key, plan, window_key
-from core.semantics import HOUR_MS, InvalidEvent
-from faust.serializers import codecs
-from faust.windows import TumblingWindow
 
-from tables.windows import window_key as table_window_key
-from tables.windows import window_range
-
-T0 = 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS
+from jobs.compare import same_json, same_value
+from jobs.corrections import correction_record, corrections_for
 
 
-def record(**fields: object) -> bytes:
-    return orjson.dumps(fields)
+def test_a_correction_is_keyed_by_the_key_as_utf8_and_names_the_live_value() -> None:
+    key, value = correction_record("word_counts", "état", 3, 7)
+    assert key == "état".encode()
+    assert orjson.loads(value) == {"table": "word_counts", "key": "état", "value": 3, "expected": 7}
 
 
-def test_window_key_names_category_and_window_start() -> None:
-    assert window_key("dairy", T0) == f"dairy@{T0}"
-    assert parse_window_key(f"fish@chips@{T0}") == ("fish@chips", T0)
+def test_a_windowed_correction_is_keyed_by_the_grouped_key_and_names_its_window() -> None:
+    [(key, value)] = corrections_for("sales", "dairy", {"units": 2}, None, (0, 3_600_000), None)
+    assert key == b"dairy"
+    assert orjson.loads(value) == {
+        "table": "sales",
+        "key": "dairy",
+        "value": {"units": 2},
+        "expected": None,
+        "window": {"start": 0, "end": 3_600_000},
+    }
 
 
-@pytest.mark.parametrize("key", ["dairy", f"dairy@{T0 + 1}", f"@{T0}", "dairy@x", "dairy@"])
-def test_window_key_must_be_a_category_and_an_hour_start(key: str) -> None:
-    with pytest.raises(InvalidEvent, match="key"):
-        parse_window_key(key)
+def test_a_key_the_batch_lacks_is_deleted_from_the_value_the_live_table_held() -> None:
+    [(_, value)] = corrections_for("t", "k", None, {"a": 1}, None, None)
+    assert orjson.loads(value) == {"table": "t", "key": "k", "value": None, "expected": {"a": 1}}
 
 
-def test_window_range_is_the_one_faust_keys_the_hour_by() -> None:
-    window = TumblingWindow(timedelta(hours=1))
-    for ts in (T0, T0 + 1, T0 + HOUR_MS - 1):
-        assert window_range(T0) == window.ranges(ts / 1000)[0]
+def test_a_live_value_that_cannot_be_read_is_replaced_whatever_it_is() -> None:
+    [(_, value)] = corrections_for("t", "k", 5, "not json", None, None, live_readable=False)
+    assert "expected" not in orjson.loads(value)
 
 
-def test_window_table_key_is_the_json_faust_writes() -> None:
-    window = TumblingWindow(timedelta(hours=1)).ranges(T0 / 1000)[0]
-    assert table_window_key("café", T0) == codecs.dumps("json", ["café", list(window)])
-
-
-def test_word_count_correction_is_routed_by_the_word() -> None:
-    raw = record(table="word_counts", key="état", value=3, expected=7)
-    assert plan("état".encode(), raw) == ("word_counts", "état".encode(), 3, True, 7)
-
-
-def test_sales_correction_is_routed_by_the_category_and_sets_one_window() -> None:
-    raw = record(table="sales_by_category", key=f"dairy@{T0}", value={"units": 2, "revenue": 3})
-    name, key, value, has_expected, _ = plan(b"dairy", raw)
-    assert (name, key) == ("sales_by_category", table_window_key("dairy", T0))
-    assert value == {"units": 2, "revenue": 3.0}
-    assert has_expected is False
-
-
-def test_null_value_deletes_and_null_expected_means_absent() -> None:
-    raw = record(table="inventory", key="s1", value=None, expected=None)
-    assert plan(b"s1", raw) == ("inventory", b"s1", None, True, None)
+def test_a_session_that_ends_elsewhere_is_deleted_and_the_batchs_written() -> None:
+    found = corrections_for("sessions", "u1", {"views": 3}, {"views": 2}, (10, 90), (10, 50))
+    assert [orjson.loads(value) for _, value in found] == [
+        {"table": "sessions", "key": "u1", "value": None, "expected": {"views": 2},
+         "window": {"start": 10, "end": 50}},
+        {"table": "sessions", "key": "u1", "value": {"views": 3}, "expected": None,
+         "window": {"start": 10, "end": 90}},
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("key", "fields", "reason"),
+    ("a", "b", "same"),
     [
-        (b"dog", {"table": "word_counts", "key": "fox", "value": 1}, "raw key"),
-        (b"fox", {"table": "products", "key": "fox", "value": 1}, "cannot be corrected"),
-        (b"fox", {"table": "word_counts", "key": "fox", "value": "1"}, "value"),
-        (b"fox", {"table": "word_counts", "key": "fox", "value": True}, "value"),
-        (
-            b"s1",
-            {
-                "table": "inventory",
-                "key": "s1",
-                "value": {"store_id": "s2", "on_hand": {}, "updated_at": 1},
-            },
-            "store_id",
-        ),
-        (b"s1", {"table": "inventory", "key": "s1", "value": {"on_hand": {"a": 1.5}}}, "value"),
-        (b"d", {"table": "sales_by_category", "key": f"d@{T0}", "value": {"units": 1}}, "revenue"),
-        (b"fox", {"key": "fox", "value": 1}, "table"),
+        (0.1 + 0.2 + 0.3, 0.3 + 0.2 + 0.1, True),
+        (1e12, 1e12 + 1, True),
+        (1e12, 1e12 + 10_000, False),
+        (3, 3.0, True),
+        (3, 4, False),
+        (1e-12, 0.0, True),
+        (True, 1, False),
+        ({"a": 1, "b": [1.0, 2]}, {"b": [1, 2.0], "a": 1}, True),
+        ({"a": 1}, {"a": 1, "b": None}, False),
+        ([1, 2], [2, 1], False),
+        ("x", "x", True),
+        (None, 0, False),
     ],
 )
-def test_invalid_corrections_are_refused_naming_the_field(
-    key: bytes, fields: dict[str, object], reason: str
+def test_values_are_the_same_as_json_with_numbers_within_a_relative_tolerance(
+    a: object, b: object, same: bool
 ) -> None:
-    with pytest.raises(InvalidEvent, match=reason):
-        plan(key, orjson.dumps(fields))
+    assert same_value(a, b) is same
+    assert same_json(orjson.dumps(a), orjson.dumps(b)) is same
 
 
-def test_a_correction_that_is_not_json_is_refused() -> None:
-    with pytest.raises(InvalidEvent):
-        plan(b"fox", b"not json")
+def test_values_that_are_not_json_are_the_same_only_as_identical_bytes() -> None:
+    assert same_json(b"{oops", b"{oops")
+    assert not same_json(b"{oops", b"{oops ")
+    assert not same_json(None, b"1")

@@ -25,11 +25,6 @@ pyspark.errors.exceptions.base.PySparkRuntimeError: [PYTHON_VERSION_MISMATCH] Py
 has different version: 3.10 than that in driver: 3.11, PySpark cannot run with different minor
 versions."""
 
-CLASS_MISSING = """Job aborted due to stage failure: Lost task 0.3 in stage 1.0:
-org.apache.spark.SparkException: [FAILED_EXECUTE_UDF] ...
-Caused by: java.lang.ClassNotFoundException: streamstate.jobs.Words
-\tat java.base/java.net.URLClassLoader.findClass(URLClassLoader.java:445)"""
-
 
 def probe(*missing: tuple[str, str | None]) -> Probe:
     failures = {
@@ -43,7 +38,7 @@ def test_executors_that_import_everything_pass() -> None:
 
 
 def test_a_missing_module_is_named_with_the_interpreter_and_the_fix() -> None:
-    answers = [probe(), probe(("pyarrow", "pyarrow"), ("jobs.transforms", "pyarrow"))]
+    answers = [probe(), probe(("pyarrow", "pyarrow"), ("jobs.tasks", "pyarrow"))]
     with pytest.raises(PreflightError) as raised:
         preflight.judge_probes(answers, SOURCE_OPTION, "/usr/bin/python3")
     message = str(raised.value)
@@ -51,13 +46,21 @@ def test_a_missing_module_is_named_with_the_interpreter_and_the_fix() -> None:
     assert "(/usr/bin/python3 from --python-env;" in message
     assert "cannot import pyarrow (ModuleNotFoundError: No module named 'pyarrow')" in message
     assert message.endswith(
-        "fix: pip install pyarrow pydantic orjson for /usr/bin/python3 on every node, "
+        "fix: install what provides pyarrow for /usr/bin/python3 on every node, "
         "or leave out --python-env so that the job ships its own environment"
     )
 
 
+def test_a_pipeline_module_the_executors_cannot_import_is_named() -> None:
+    answers = [probe(("mycompany.pipelines", "mycompany"))]
+    with pytest.raises(PreflightError) as raised:
+        preflight.judge_probes(answers, SOURCE_ARCHIVE, ARCHIVE_PYTHON)
+    assert "cannot import mycompany (ModuleNotFoundError" in str(raised.value)
+    assert "install what provides mycompany in the driver's environment" in str(raised.value)
+
+
 def test_a_module_whose_own_import_fails_names_what_it_lacked() -> None:
-    answers = [probe(("core.semantics", "pydantic"), ("pyarrow", "pyarrow"))]
+    answers = [probe(("jobs.tasks", "pydantic"), ("pyarrow", "pyarrow"))]
     with pytest.raises(PreflightError, match="cannot import pyarrow, pydantic"):
         preflight.judge_probes(answers, SOURCE_ENV, "python3")
 
@@ -84,16 +87,6 @@ def test_another_python_version_on_the_executors_is_named() -> None:
     error = preflight.explain_python_failure(RuntimeError(VERSION_MISMATCH), SOURCE_ENV, "python3")
     assert "is 3.10 and the driver's 3.11" in str(error)
     assert "\n" not in str(error)
-
-
-def test_a_udf_class_the_executors_cannot_load_names_the_jar_and_the_fix() -> None:
-    error = preflight.explain_java_failure(RuntimeError(CLASS_MISSING), "/c/streamstate-udfs.jar")
-    assert str(error) == (
-        "the executors cannot load the Java UDFs (streamstate.jobs.Words from "
-        "/c/streamstate-udfs.jar); fix: ship the jar with the job (spark-submit --jars "
-        "/c/streamstate-udfs.jar) or install it in the Spark jars folder of every node "
-        "(python -m jobs.session --install-udfs)"
-    )
 
 
 def test_the_probe_reports_imports_without_raising() -> None:

@@ -19,13 +19,26 @@ def names(dists: list[pyenv.metadata.Distribution]) -> set[str]:
     return {pyenv.canonical(d.metadata["Name"]) for d in dists}
 
 
-def test_the_packed_distributions_are_the_udfs_needs_and_their_requirements() -> None:
-    packed = names(pyenv.closure(pyenv.EXECUTOR_DISTRIBUTIONS))
-    assert {"pyarrow", "pydantic", "pydantic-core", "annotated-types"} <= packed
-    # Neither Spark (the cluster has it), nor the project, nor what the Arrow UDFs do not
-    # use, nor the driver's other tools.
-    unused = {"pyspark", "py4j", "streamstate", "faust-streaming", "pandas", "numpy", "pytest"}
+def test_the_packed_distributions_are_what_the_replay_and_the_pipelines_import() -> None:
+    modules = ["agents.words", "agents.inventory", "agents.sales", "agents.settling"]
+    packed = names(pyenv.closure(pyenv.executor_distributions(modules)))
+    assert {"pyarrow", "pydantic", "pydantic-core", "orjson", "sortedcontainers"} <= packed
+    # Neither Spark (the cluster has it), nor the project (shipped as modules), nor the
+    # worker's server and faust, nor the driver's other tools.
+    unused = {"pyspark", "py4j", "streamstate", "faust-streaming", "fastapi", "pandas", "pytest"}
     assert not packed & unused
+
+
+def test_a_pipeline_modules_own_imports_are_packed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "user_pipeline.py").write_text(
+        "import yaml\n\ndef pipelines(context):\n    return []\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert "PyYAML" in pyenv.executor_distributions(["user_pipeline"])
+    with pytest.raises(pyenv.PackError, match="no_such_pipeline_module"):
+        pyenv.executor_distributions(["no_such_pipeline_module"])
 
 
 def test_extras_are_not_followed() -> None:
@@ -70,7 +83,7 @@ def test_an_unpacked_archive_is_a_virtualenv_with_only_the_packed_distributions(
 def test_the_executors_python_is_chosen_option_first_then_environment_then_archive(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(pyenv, "executor_archive", lambda: tmp_path / "env.tar.gz")
+    monkeypatch.setattr(pyenv, "executor_archive", lambda **_: tmp_path / "env.tar.gz")
     env = {"PYSPARK_PYTHON": "/opt/py/bin/python"}
     chosen = pyenv.choose_python(False, "/usr/bin/python3.11", env)
     assert (chosen.python, chosen.source, chosen.archive) == (
@@ -101,7 +114,7 @@ def test_spark_lists_keep_what_spark_submit_gave() -> None:
     assert _merged(None, ["/c/env.tar.gz#streamstate-env"]) == "/c/env.tar.gz#streamstate-env"
 
 
-def test_a_cluster_is_sent_the_udf_jar_a_local_master_loads_from_the_classpath(
+def test_a_cluster_is_sent_the_connector_a_local_master_loads_from_the_classpath(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from jobs import session
@@ -109,16 +122,27 @@ def test_a_cluster_is_sent_the_udf_jar_a_local_master_loads_from_the_classpath(
     (tmp_path / "spark-sql-kafka-0-10_2.13-4.2.0.jar").touch()
     (tmp_path / "kafka-clients-3.9.2.jar").touch()
     (tmp_path / "commons-pool-1.5.4.jar").touch()  # Spark's own, not the connector's
-    udfs = tmp_path / "streamstate-udfs-4.2.0-abc.jar"
     monkeypatch.setattr(session, "pyspark_jars", lambda: tmp_path)
-    monkeypatch.setattr(session, "udf_jar", lambda: udfs)
-    assert job_jars(local=True) == ([], udfs)
-    shipped, _ = job_jars(local=False)
-    assert [j.name for j in shipped] == [
+    assert job_jars(local=True) == []
+    assert [j.name for j in job_jars(local=False)] == [
         "kafka-clients-3.9.2.jar",
         "spark-sql-kafka-0-10_2.13-4.2.0.jar",
-        udfs.name,
     ]
+
+
+def test_the_pipeline_modules_outside_the_project_are_shipped_the_projects_are_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs import session
+
+    package = tmp_path / "acme_pipelines"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "views.py").write_text("def pipelines(context):\n    return []\n")
+    (tmp_path / "single_pipeline.py").write_text("def pipelines(context):\n    return []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = session.top_level_files(["acme_pipelines.views", "single_pipeline", "agents.words"])
+    assert found == [package.resolve(), (tmp_path / "single_pipeline.py").resolve()]
 
 
 def test_a_standalone_worker_has_no_trace_of_the_drivers_python() -> None:

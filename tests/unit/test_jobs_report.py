@@ -1,4 +1,5 @@
-"""The recompute's pure parts: the cut's JSON, window expiry, the summary, the scheduler."""
+"""The recompute's pure parts: the cut's JSON, window horizons, the settings it takes, the
+summary, the scheduler."""
 
 from __future__ import annotations
 
@@ -9,13 +10,20 @@ from typing import Any
 from xml.etree import ElementTree
 
 import pytest
-from core.semantics import HOUR_MS
 
-from jobs.compare import specs
+from core.settings import Settings
 from jobs.cut import Cut
-from jobs.recompute import LIVE_POOL, STORES_POOL, WORDS_POOL, parse_args, summary
+from jobs.declared import declare
+from jobs.recompute import (
+    EXPIRY_MARGIN_MS,
+    LIVE_POOL,
+    RECOMPUTE_POOL,
+    Options,
+    horizons,
+    parse_args,
+    summary,
+)
 from jobs.session import SCHEDULER_POOLS
-from jobs.transforms import expired_horizon
 from ops.nightly import Scheduler, next_run, prune
 from ops.nightly import parse_args as nightly_args
 
@@ -36,11 +44,22 @@ def test_cut_json_names_every_topic_and_partition_as_strings() -> None:
     }
 
 
-def test_windows_faust_may_have_expired_are_left_out() -> None:
-    now = 10 * DAY + 30 * 60_000
-    horizon = expired_horizon(now, 7 * DAY)
-    assert horizon % HOUR_MS == 0
-    assert now - 7 * DAY < horizon <= now - 7 * DAY + HOUR_MS
+def test_each_windowed_table_is_compared_from_its_own_retention_before_the_cut() -> None:
+    options = Options(
+        bootstrap="b:1",
+        out=Path("x"),
+        modules=("agents.sales", "tests.support.pipelines"),
+        window_retention_ms=7 * DAY,
+    )
+    declared = declare(options.spec(2, 0))
+    cut = Cut(sources={}, changelogs={}, log_start={}, taken_at_ms=10 * DAY, settled=True)
+    # Tables without windows have no horizon; every window here keeps the default.
+    assert horizons(options, declared, cut) == {
+        "sales_by_category": 3 * DAY + EXPIRY_MARGIN_MS,
+        "views_per_user": 3 * DAY + EXPIRY_MARGIN_MS,
+        "seconds_by_country": 3 * DAY + EXPIRY_MARGIN_MS,
+        "sessions": 3 * DAY + EXPIRY_MARGIN_MS,
+    }
 
 
 def entry(mismatched: int = 0) -> dict[str, Any]:
@@ -52,6 +71,7 @@ def entry(mismatched: int = 0) -> dict[str, Any]:
         "examples": [{"key": "fox", "status": "mismatched", "batch": 1, "stream": 2}]
         if mismatched
         else [],
+        "recompute": {"pipelines": ["p"], "how": "folded", "order_dependent": None},
     }
 
 
@@ -63,6 +83,7 @@ def report(**tables: dict[str, Any]) -> dict[str, Any]:
         "group_lag": {"text-lines": 2},
         "log_start": {},
         "corrections_published": 0,
+        "not_recomputed": [],
     }
 
 
@@ -73,6 +94,30 @@ def test_summary_names_counts_examples_lag_and_result() -> None:
     assert "had not caught up" in text
     assert "DIFFERENCES FOUND (exit 3)" in text
     assert "no differences (exit 0)" in summary(report(inventory=entry()))
+
+
+def test_summary_names_tables_not_recomputed_and_why_others_may_differ() -> None:
+    found = report(firsts=entry())
+    found["tables"]["firsts"]["recompute"]["order_dependent"] = "folds values as they interleave"
+    found["not_recomputed"] = [{"table": "balances", "pipeline": "b", "reason": "no recompute"}]
+    text = summary(found)
+    assert "may differ without an error: folds values as they interleave" in text
+    assert "NOT RECOMPUTED: balances (b): no recompute" in text
+
+
+def test_the_pipeline_modules_and_limits_come_from_the_workers_settings() -> None:
+    settings = Settings(
+        pipelines="agents.words", extra_pipelines="acme.views, agents.words", max_event_bytes=99
+    )
+    options = parse_args(["--out", "x"], settings)
+    assert options.modules == ("agents.words", "acme.views")
+    assert (options.max_event_bytes, options.window_retention_ms) == (99, 7 * DAY)
+    assert parse_args(["--out", "x"], Settings()).modules == (
+        "agents.words",
+        "agents.inventory",
+        "agents.sales",
+        "agents.settling",
+    )
 
 
 def test_command_line_defaults_to_a_local_master() -> None:
@@ -129,8 +174,30 @@ def test_nightly_takes_the_master_from_the_environment(monkeypatch: pytest.Monke
 def test_every_scheduler_pool_of_the_job_is_declared_in_the_allocation_file() -> None:
     root = ElementTree.parse(SCHEDULER_POOLS).getroot()
     declared = {pool.get("name") for pool in root.iter("pool")}
-    used = {STORES_POOL, WORDS_POOL, LIVE_POOL} | set(specs("streamstate"))
+    used = {RECOMPUTE_POOL, LIVE_POOL}
     assert declared == used
     for pool in root.iter("pool"):
         assert pool.findtext("schedulingMode") in {"FIFO", "FAIR"}
         assert int(pool.findtext("weight") or "") >= 1
+
+
+def test_stage_zero_coalesces_only_the_partitions_where_two_ordered_topics_hold_records() -> None:
+    from jobs.stages import source_reads
+
+    options = Options(bootstrap="b:1", out=Path("x"), modules=("agents.words", "agents.settling"))
+    declared = declare(options.spec(3, 0))
+    cut = Cut(
+        sources={
+            "item-events": {0: 5, 1: 7, 2: 0},
+            "payments": {0: 0, 1: 2, 2: 0},
+            "text-lines": {0: 4, 1: 0, 2: 9},
+        },
+        changelogs={},
+        log_start={},
+        taken_at_ms=0,
+        settled=True,
+    )
+    reads = source_reads(cut, declared)
+    assert reads.coalesced == [{"item-events": {1: 7}, "payments": {1: 2}}]
+    assert reads.alone == {"item-events": {0: 5}}
+    assert reads.chunks == {"text-lines": {0: 4, 1: 0, 2: 9}}
