@@ -47,7 +47,7 @@ class Stall:
     #: per source partition, the offset the task is stuck at (the next one to apply)
     inputs: dict[Partition, int | None]
     attempts: int = 0
-    since: float = field(default_factory=time.monotonic)
+    since: float = field(default_factory=lambda: time.monotonic())
     since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     retry_at: float = 0.0
     #: the source partitions are paused until the retry is due
