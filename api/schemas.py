@@ -134,14 +134,15 @@ class KeyMetadata(BaseModel):
 
 
 class StalledPartition(BaseModel):
-    """A partition whose cycle failed (it is tried again after a backoff) or has waited
-    on Kafka for 10 s or more."""
+    """A partition whose cycle failed (it is tried again after a backoff) or has been in
+    flight for 10 s or more (waiting on Kafka, or applying its records)."""
 
     partition: int
     #: per source topic, the offset the partition is stuck at (the next one to apply)
     inputs: dict[str, int | None]
     reason: str
-    #: the name of the error (``KafkaTimeoutError``; ``Waiting`` for a cycle in flight)
+    #: the name of the error (``KafkaTimeoutError``); for a cycle in flight, ``Waiting``
+    #: (on Kafka) or ``Busy`` (applying its records)
     error: str
     attempts: int
     stalled_s: float

@@ -327,8 +327,11 @@ class Task:
         self.plan = Plan()
         #: where the records of the last cycle sent came from
         self.provenance = Provenance()
-        #: when the cycle in flight started (None: none in flight)
+        #: when the cycle in flight started (None: none in flight), its first offsets, and
+        #: whether it is applying its records or waiting for Kafka to take them
         self.busy_since: float | None = None
+        self.busy_at: dict[TP, int | None] = {}
+        self.waiting = False
         self._ordered = {spec.name for p in pipelines for spec in p.writes if spec.ordered}
         self._dead_letter_topics = frozenset(dlq_topic(t) for p in pipelines for t in p.reads)
         #: a pass changed the pipelines' caches and its cycle did not take effect
@@ -360,6 +363,8 @@ class Task:
         for topic in self.lineage.internal & records.keys():
             records[topic] = self._take_positions(topic, records[topic])
         self.busy_since = time.monotonic()
+        self.busy_at = dict(self.checkpoint.next)
+        self.busy_at.update({tp: rs[0].offset for tp, rs in pending.items() if rs})
         try:
             cycle = self._build(records, offsets)
             await self._take_effect(cycle, offsets)
@@ -545,14 +550,17 @@ class Task:
                 self.caches.pop(pipeline.name, None)  # it may hold the dropped effects
                 self.plan.blame(record, why)
                 found.append(record)
-                logger.warning(
-                    "%s: %s[%d]@%d goes to its dead-letter topic: %s",
-                    pipeline.name,
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    why,
-                )
+        if found:  # one line per pass, not per record: a value at its limit refuses many
+            first = found[0]
+            logger.warning(
+                "%s: %d records go to their dead-letter topics, %s[%d]@%d first: %s",
+                pipeline.name,
+                len(found),
+                first.topic,
+                first.partition,
+                first.offset,
+                self.plan.culprits[record_id(first)][1],
+            )
         return found
 
     def _process_one(
@@ -723,6 +731,7 @@ class Task:
         then the checkpoint."""
         self.provenance = cycle.work.provenance
         plan = SendPlan(frozenset(self.plan.isolate), self.limits.max_bytes)
+        self.waiting = True
         try:
             written = await self.delivery.send(cycle.outputs, offsets, state=cycle.state, plan=plan)
         except Undelivered as undelivered:
@@ -731,6 +740,8 @@ class Task:
             raise EngineFailure(
                 f"task {self.partition}: Kafka did not take the batch: {exc!r}"
             ) from exc
+        finally:
+            self.waiting = False
         self._dirty = False
         self.checkpoint.update(offsets)
         self._count(cycle.work)
@@ -1025,8 +1036,8 @@ class Engine:
                     stall.paused = False
 
     def stalled(self) -> list[dict[str, Any]]:
-        """The partitions that cannot advance: their last cycle failed, or their cycle in
-        flight has waited on Kafka for :data:`~tables.stalls.SLOW_CYCLE_S` or more."""
+        """The partitions that cannot advance: their last cycle failed, or their cycle has
+        been in flight for :data:`~tables.stalls.SLOW_CYCLE_S` or more."""
         now = time.monotonic()
         found = [
             stall.report(now)
@@ -1036,7 +1047,7 @@ class Engine:
         for partition, task in sorted(self.tasks.items()):
             busy = task.busy_since
             if busy is not None and now - busy >= SLOW_CYCLE_S and partition not in self.stalls:
-                found.append(slow_report(partition, task.checkpoint.next.copy(), now - busy))
+                found.append(slow_report(partition, task.busy_at, now - busy, task.waiting))
         return found
 
     # -- tasks --------------------------------------------------------------------------

@@ -27,7 +27,8 @@ BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 30.0
 #: Failed attempts of one cycle before its records are sent one per batch.
 ISOLATE_AFTER = 3
-#: A cycle in flight this long shows as stalled too (waiting on Kafka).
+#: A cycle in flight this long shows as stalled too (waiting on Kafka, or applying a
+#: large batch record by record).
 SLOW_CYCLE_S = 10.0
 
 
@@ -84,13 +85,17 @@ class Stall:
         }
 
 
-def slow_report(partition: int, inputs: Mapping[Any, int | None], busy_s: float) -> dict[str, Any]:
-    """The report of a task whose cycle has waited on Kafka for ``busy_s`` seconds."""
+def slow_report(
+    partition: int, inputs: Mapping[Any, int | None], busy_s: float, waiting: bool
+) -> dict[str, Any]:
+    """The report of a task whose cycle has been in flight for ``busy_s`` seconds:
+    ``waiting`` for Kafka to take its records, or applying them (``Busy``)."""
+    doing = "waited for Kafka to take its records" if waiting else "applied its records"
     return {
         "partition": partition,
         "inputs": _inputs(inputs),
-        "reason": f"the cycle has waited {busy_s:.0f} s for Kafka to take its records",
-        "error": "Waiting",
+        "reason": f"the cycle in flight has {doing} for {busy_s:.0f} s",
+        "error": "Waiting" if waiting else "Busy",
         "attempts": 0,
         "stalled_s": round(busy_s, 1),
         "since_ms": int(time.time() * 1000 - busy_s * 1000),
