@@ -478,7 +478,7 @@ class Task:
             mine = {t: self.plan.admitted(records[t]) for t in present}
             mine = {t: rs for t, rs in mine.items() if rs}
             if mine and pipeline.name in self.plan.suspects:
-                found = self._attributed(pipeline, mine, views, work, now_ms)
+                found = self._one_by_one(pipeline, mine, views, work, now_ms)
                 if any(record.topic in applied for record in found):
                     return False
             elif mine:
@@ -519,31 +519,18 @@ class Task:
         records: dict[str, Sequence[SourceRecord]],
         views: Mapping[str, TableView],
         work: _Work,
-    ) -> None:
-        for topic in pipeline.reads:
-            for record in records.get(topic, ()):
-                batch = self._batch(pipeline, {topic: [record]}, views)
-                if self._process_one(pipeline, batch, record, work):
-                    self._keep_one(pipeline, batch, record, work)
-
-    def _attributed(
-        self,
-        pipeline: Pipeline,
-        records: dict[str, Sequence[SourceRecord]],
-        views: Mapping[str, TableView],
-        work: _Work,
-        now_ms: int,
+        now_ms: int | None = None,
     ) -> list[SourceRecord]:
-        """The pipeline record by record, each record's effects checked against their
-        topics' rules: a record whose effects would be refused is a culprit, and none of
-        them is kept. Returns the new culprits."""
+        """The pipeline record by record. With ``now_ms``, each record's effects are
+        checked against their topics' rules: a record whose effects would be refused is a
+        culprit, and none of them is kept. Returns the new culprits."""
         found: list[SourceRecord] = []
         for topic in pipeline.reads:
             for record in records.get(topic, ()):
                 batch = self._batch(pipeline, {topic: [record]}, views)
                 if not self._process_one(pipeline, batch, record, work):
                     continue
-                why = self._record_refusal(batch, now_ms)
+                why = None if now_ms is None else self._record_refusal(batch, now_ms)
                 if why is None:
                     self._keep_one(pipeline, batch, record, work)
                     continue
