@@ -935,8 +935,15 @@ class Engine:
                 break
             if reread:
                 await self._read_limits(reread)
-            for task, _ in again:
-                await task.delivery.reset()
+            for task, fetched in list(again):
+                try:
+                    await task.delivery.reset()
+                except Exception as exc:  # Kafka unreachable: the backoff takes over
+                    again.remove((task, fetched))
+                    failure = EngineFailure(
+                        f"task {task.partition}: its producer could not be replaced: {exc!r}"
+                    )
+                    await self._stall(task.partition, fetched, failure, task)
             self.figures.retries["refusal"] += len(again)
             runs = again
         return committed
@@ -975,7 +982,10 @@ class Engine:
                 if isinstance(failure, CycleFailed)
                 else set()
             )
-            await task.delivery.close()
+            try:
+                await task.delivery.close()
+            except Exception:  # its next start replaces (and fences) the producer anyway
+                logger.warning("task %d: its producer did not close", partition, exc_info=True)
         cause = failure.__cause__ if failure.__cause__ is not None else failure
         wait = stall.failed_again(str(failure), type(cause).__name__, time.monotonic())
         self.figures.retries["backoff"] += 1

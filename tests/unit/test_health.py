@@ -94,3 +94,22 @@ def test_a_partition_that_moves_again_is_no_longer_listed(clock: Clock) -> None:
 
     asyncio.run(go())
     assert client(engine).get("/ready").json()["stalled"] == []
+
+
+def test_a_cycle_waiting_on_kafka_for_ten_seconds_is_stalled_one_applying_is_listed(
+    clock: Clock,
+) -> None:
+    engine, connector = stalled_engine(clock)
+    connector.delivery = super(FlakyConnector, connector).delivery  # type: ignore[method-assign]
+    task = engine.tasks[1]
+    task.busy_since, task.busy_at = clock.now - 12.0, {TP("in", 1): 1}
+    engine.stalls.clear()
+    answer = client(engine).get("/ready")
+    assert answer.status_code == 200
+    [busy] = answer.json()["stalled"]
+    assert (busy["partition"], busy["error"], busy["inputs"]) == (1, "Busy", {"in": 1})
+    task.waiting = True
+    answer = client(engine).get("/ready")
+    assert answer.status_code == 503
+    assert answer.json()["stalled"][0]["error"] == "Waiting"
+    assert "waited for Kafka to take its records for 12 s" in answer.json()["detail"]
