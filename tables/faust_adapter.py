@@ -56,6 +56,7 @@ from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Fetcher
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import tuples as faust_tuples
 from mode import Service
 from rocksdict import WriteBatch
 
@@ -569,10 +570,12 @@ class FaustConnector:
     def pause(self, tps: Sequence[TP]) -> None:
         # faust's own pause: the consumer still fetches the partitions (a seek resets
         # what it holds of them) but hands out none of their records.
-        self.app.consumer.pause_partitions(tps)
+        self.app.consumer.pause_partitions([faust_tuples.TP(*tp) for tp in tps])
 
     def resume(self, tps: Sequence[TP]) -> None:
-        self.app.consumer.resume_partitions(tps)
+        # faust adds these to its active partitions as they are, and asserts later that
+        # they are its own TP type.
+        self.app.consumer.resume_partitions([faust_tuples.TP(*tp) for tp in tps])
 
     async def limits(self, topics: Sequence[str]) -> dict[str, TopicLimits]:
         found = await topic_configs(self.bootstrap, list(topics))
