@@ -91,9 +91,11 @@ Listener = Callable[[str, int, Mapping[bytes, bytes | None]], None]
 
 #: Attempts at one cycle within one engine cycle, when refusals teach the task something
 #: (the checks find culprits, Kafka refuses records, a producer is replaced).
-MAX_ROUNDS = 5
+MAX_ROUNDS = 6
 #: Passes over one cycle's records while the checks before sending find more to refuse.
 MAX_PASSES = 6
+#: Records per batch at most when a pipeline's effects are checked batch by batch.
+CHECKED_BATCH = 64
 
 
 class TP(NamedTuple):
@@ -478,7 +480,7 @@ class Task:
             mine = {t: self.plan.admitted(records[t]) for t in present}
             mine = {t: rs for t, rs in mine.items() if rs}
             if mine and pipeline.name in self.plan.suspects:
-                found = self._one_by_one(pipeline, mine, views, work, now_ms)
+                found = self._checked(pipeline, mine, views, work, now_ms)
                 if any(record.topic in applied for record in found):
                     return False
             elif mine:
@@ -519,24 +521,57 @@ class Task:
         records: dict[str, Sequence[SourceRecord]],
         views: Mapping[str, TableView],
         work: _Work,
-        now_ms: int | None = None,
-    ) -> list[SourceRecord]:
-        """The pipeline record by record. With ``now_ms``, each record's effects are
-        checked against their topics' rules: a record whose effects would be refused is a
-        culprit, and none of them is kept. Returns the new culprits."""
-        found: list[SourceRecord] = []
+    ) -> None:
         for topic in pipeline.reads:
             for record in records.get(topic, ()):
                 batch = self._batch(pipeline, {topic: [record]}, views)
-                if not self._process_one(pipeline, batch, record, work):
-                    continue
-                why = None if now_ms is None else self._record_refusal(batch, now_ms)
-                if why is None:
+                if self._process_one(pipeline, batch, record, work):
                     self._keep_one(pipeline, batch, record, work)
+
+    def _checked(
+        self,
+        pipeline: Pipeline,
+        records: dict[str, Sequence[SourceRecord]],
+        views: Mapping[str, TableView],
+        work: _Work,
+        now_ms: int,
+    ) -> list[SourceRecord]:
+        """The pipeline in small batches whose effects are checked against their topics'
+        rules: a batch whose effects would be refused is applied again in smaller ones,
+        down to single records; a record whose own effects would be refused is a culprit,
+        and none of them is kept. Batches grow again while they pass (most records pass,
+        and a batch function applied record by record can cost far more than once per
+        record: a join scans its index every batch); a pipeline marked ``fine`` goes one
+        record at a time. Returns the new culprits."""
+        found: list[SourceRecord] = []
+        size = 1 if pipeline.name in self.plan.fine else CHECKED_BATCH
+        for topic in pipeline.reads:
+            pending = records.get(topic, ())
+            at = 0
+            while at < len(pending):
+                chunk = pending[at : at + size]
+                batch = self._batch(pipeline, {topic: chunk}, views)
+                if len(chunk) == 1:
+                    if not self._process_one(pipeline, batch, chunk[0], work):
+                        at += 1
+                        continue
+                elif not self._processed(pipeline, batch):
+                    size = 1  # one of them raises: find it
+                    continue
+                why = self._record_refusal(batch, now_ms)
+                if why is None:
+                    self._keep_chunk(pipeline, batch, chunk, work)
+                    at += len(chunk)
+                    if pipeline.name not in self.plan.fine:
+                        size = min(size * 2, CHECKED_BATCH)
                     continue
                 self.caches.pop(pipeline.name, None)  # it may hold the dropped effects
-                self.plan.blame(record, why)
-                found.append(record)
+                if len(chunk) > 1:
+                    size = max(1, len(chunk) // 4)
+                    continue
+                self.plan.blame(chunk[0], why)
+                found.append(chunk[0])
+                at += 1
         if found:  # one line per pass, not per record: a value at its limit refuses many
             first = found[0]
             logger.warning(
@@ -549,6 +584,25 @@ class Task:
                 self.plan.culprits[record_id(first)][1],
             )
         return found
+
+    def _processed(self, pipeline: Pipeline, batch: Batch) -> bool:
+        """Run the pipeline on a batch; False when it raises (its effects are dropped)."""
+        try:
+            pipeline.process(batch)
+        except Exception:
+            self.caches.pop(pipeline.name, None)
+            return False
+        return True
+
+    def _keep_chunk(
+        self, pipeline: Pipeline, batch: Batch, chunk: Sequence[SourceRecord], work: _Work
+    ) -> None:
+        if len(chunk) == 1:
+            self._keep_one(pipeline, batch, chunk[0], work)
+            return
+        at_ms = max(record.timestamp for record in chunk)
+        self._keep(batch, work, None)
+        work.produced.extend(Produced(out, at_ms, pipeline.name, None) for out in batch.outputs)
 
     def _process_one(
         self, pipeline: Pipeline, batch: Batch, record: SourceRecord, work: _Work
@@ -639,9 +693,11 @@ class Task:
         for name, view in batch.tables.items():
             if len(view):
                 made.table_writers.setdefault(name, set()).add(batch.pipeline)
-                if record is not None:
-                    for key in view.written():
+                for key in view.written():  # the last writer, when it is one record
+                    if record is not None:
                         made.writers[(name, key)] = record
+                    else:
+                        made.writers.pop((name, key), None)
             view.merge_into_parent()
         work.events[batch.pipeline] += sum(len(rs) for rs in batch.records.values())
         for topic, n in batch.dead_lettered.items():

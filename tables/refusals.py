@@ -8,16 +8,18 @@ the input records that caused it, and applies the rest of the cycle:
 1. Before sending, every record of a cycle is checked against its topic's rules
    (:mod:`tables.limits`). A refused record names what made it: the pipeline whose batch
    sent it, or the table and key of a changelog record.
-2. The task then applies the cycle again with those pipelines **record by record**
-   (:class:`Plan`: ``suspects``), each record on child table views, and checks each
-   record's outputs and its writes to the refused keys (``watch``) on their own: a
-   record whose effects would be refused is a **culprit**. It goes to its topic's
-   dead-letter topic with the reason, and none of its effects is kept, in any pipeline.
+2. The task then applies the cycle again with those pipelines in **small batches on
+   child table views** (:class:`Plan`: ``suspects``), and checks each batch's outputs
+   and its writes to the refused keys (``watch``): a batch whose effects would be
+   refused is applied again in smaller ones, down to single records. A record whose own
+   effects would be refused is a **culprit**: it goes to its topic's dead-letter topic
+   with the reason, and none of its effects is kept, in any pipeline.
 3. When Kafka refuses records the checks let through (a topic's configuration changed
    under the worker, say), the task reads the topic's rules again and applies the cycle
    again; if that does not explain the refusal, the next attempt sends the refused
-   partitions' records one per record batch (``isolate``), so that Kafka's answer names
-   each refused record, and :class:`Provenance` leads from it to its input record.
+   partitions' records one per record batch (``isolate``), and then applies the pipeline
+   that made them one record at a time (``fine``), so that Kafka's answer names each
+   refused record, and :class:`Provenance` leads from it to its input record.
 
 Nothing here imports Kafka: deliveries report what Kafka did not take as
 :class:`Undelivered`.
@@ -118,8 +120,11 @@ class Provenance:
 class Plan:
     """How a task applies its current cycle, after refusals taught it something."""
 
-    #: pipelines applied record by record, each record's effects checked
+    #: pipelines applied in small batches whose effects are checked, down to single
+    #: records where a batch's effects are refused
     suspects: set[str] = field(default_factory=set)
+    #: suspects applied one record at a time (Kafka refused what a batch of them made)
+    fine: set[str] = field(default_factory=set)
     #: table -> keys whose changelog records are checked after each record's write
     watch: dict[str, set[bytes]] = field(default_factory=dict)
     #: input records refused, and why: they go to their dead-letter topics
@@ -234,10 +239,19 @@ def _blame_record(plan: Plan, made: Provenance, out: Output, reason: str) -> boo
 
 
 def _suspect_record(plan: Plan, made: Provenance, out: Output) -> bool:
-    """Mark what made ``out`` for record-by-record application."""
+    """Mark what made ``out`` for checked application: a pipeline checked already, one
+    record at a time."""
     produced = made.made.get(id(out))
     if produced is not None:
-        return produced.pipeline is not None and plan.suspect([produced.pipeline])
+        name = produced.pipeline
+        if name is None:
+            return False
+        if name not in plan.suspects:
+            return plan.suspect([name])
+        if name not in plan.fine:
+            plan.fine.add(name)
+            return True
+        return False
     logged = made.logged.get(id(out))
     if logged is None:
         return False

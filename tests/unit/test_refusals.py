@@ -439,3 +439,30 @@ def test_refused_records_are_counted_by_source_topic_and_kafkas_error() -> None:
     run(engine, connector, limit=10)
     assert engine.figures.refused_records == {("in", "MessageSizeTooLargeError"): 1}
     assert engine.figures.dead_letters["in"] == 1
+
+
+@GUARANTEES
+def test_one_refused_record_among_many_is_found_in_few_batches(exactly_once: bool) -> None:
+    """A batch function can cost far more applied record by record (a join scans its index
+    every batch): the checked pass goes in batches and narrows down only where refused."""
+    calls = Counter[int]()
+    [grow] = growing()
+
+    def counted(batch: Batch) -> None:
+        calls[sum(len(rs) for rs in batch.records.values())] += 1
+        grow.process(batch)
+
+    log = Log(rules={"out": TopicLimits(max_message_bytes=200)})
+    values = [f"k{n % 50}={n}".encode() for n in range(1000)]
+    values[637] = b"big=" + b"x" * 300
+    write(log, values)
+    connector = LogConnector(log, exactly_once)
+    table = MemoryTable("t")
+    pipeline = Pipeline(
+        "grow", reads=("in",), writes=grow.writes, produces=grow.produces, process=counted
+    )
+    run(engine_over(connector, [pipeline], {"t": table}), connector, limit=1000)
+    assert list(dead_letters(log)) == [values[637]]
+    assert len(outputs(log)) == 999
+    assert sum(calls.values()) < 60  # the first pass, then batches of up to 64
+    assert calls[1] < 20
