@@ -139,13 +139,15 @@ async def _send_all(
     results = await asyncio.gather(*(future for _, _, future in sent), return_exceptions=True)
     written: dict[TP, int] = {}
     failures: list[Failure] = []
+    taken: list[Output] = []
     for (tp, members, _), result in zip(sent, results, strict=True):
         if isinstance(result, BaseException):
             failures.append(Failure((tp.topic, tp.partition), result, members))
             continue
         written[tp] = max(written.get(tp, -1), result.offset + len(members) - 1)
+        taken += members
     if failures:
-        raise Undelivered(failures, delivered=len(sent) - len(failures))
+        raise Undelivered(failures, len(sent) - len(failures), taken)
     return written
 
 
@@ -270,9 +272,17 @@ class SharedDelivery:
             # The outputs first: state that lands without them would make the records
             # that produced them look applied when they are processed again (see
             # Delivery.send).
-            written = await _send_all(producer, outputs, plan) if outputs else {}
+            try:
+                written = await _send_all(producer, outputs, plan) if outputs else {}
+            except Undelivered as undelivered:
+                undelivered.kept = undelivered.taken
+                raise
             if state:
-                written.update(await _send_all(producer, state, plan))
+                try:
+                    written.update(await _send_all(producer, state, plan))
+                except Undelivered as undelivered:
+                    undelivered.kept = [*outputs, *undelivered.taken]
+                    raise
         except Exception:
             self._failed = generation
             raise

@@ -293,6 +293,11 @@ class Cycle:
     work: _Work
 
 
+def _identity(out: Output) -> tuple[Any, ...]:
+    """What makes two outputs the same record for Kafka's readers (not the timestamp)."""
+    return (out.topic, out.partition, out.key, out.value, tuple(out.headers or ()))
+
+
 class Task:
     """Partition ``p`` of every source topic and every table, on this worker."""
 
@@ -329,6 +334,9 @@ class Task:
         self.plan = Plan()
         #: where the records of the last cycle sent came from
         self.provenance = Provenance()
+        #: outputs of the current cycle that Kafka holds from a failed attempt
+        #: (at_least_once): the next attempt does not send them again
+        self.landed: Counter[tuple[Any, ...]] = Counter()
         #: when the cycle in flight started (None: none in flight), its first offsets, and
         #: whether it is applying its records or waiting for Kafka to take them
         self.busy_since: float | None = None
@@ -373,6 +381,7 @@ class Task:
         finally:
             self.busy_since = None
         self.plan = self.plan.after(offsets)
+        self.landed.clear()
         return offsets
 
     def _take_positions(
@@ -430,7 +439,7 @@ class Task:
         self, records: dict[str, Sequence[SourceRecord]], offsets: Mapping[TP, int]
     ) -> Cycle:
         """The cycle's records, checked against their topics' rules: while the checks
-        refuse some, the pipelines that made them run again record by record, so that
+        refuse some, the pipelines that made them run again in checked batches, so that
         only the input records whose effects are refused are left out."""
         for _ in range(MAX_PASSES):
             cycle = self._pass(records, offsets)
@@ -744,18 +753,27 @@ class Task:
                     )
                 state.append(record)
                 work.provenance.logged[id(record)] = (name, key)
-        outputs = [self._stamped(p, work, refusals, now_ms) for p in work.produced]
+        landed = Counter(self.landed)
+        outputs = [self._stamped(p, work, refusals, now_ms, landed) for p in work.produced]
         return Cycle([o for o in outputs if o is not None], state, changes, refusals, work)
 
     def _stamped(
-        self, produced: Produced, work: _Work, refusals: list[Refused], now_ms: int
+        self,
+        produced: Produced,
+        work: _Work,
+        refusals: list[Refused],
+        now_ms: int,
+        landed: Counter[tuple[Any, ...]],
     ) -> Output | None:
         """The output as it is sent (timed, a dead letter made to fit), or None when its
-        topic would refuse it."""
+        topic would refuse it or Kafka holds it from a failed attempt at the cycle."""
         out, topic = produced.output, produced.output.topic
         limits, max_bytes = self.limits.of(topic), self.limits.max_bytes(topic)
         if self._is_dead_letter(out):
             out = fit_dead_letter(out, max_bytes)
+        if landed and landed[_identity(out)] > 0:
+            landed[_identity(out)] -= 1
+            return None
         if out.timestamp_ms is None:
             out = out._replace(timestamp_ms=stamp(produced.at_ms, limits, now_ms))
         why = refusal(
@@ -778,6 +796,8 @@ class Task:
         try:
             written = await self.delivery.send(cycle.outputs, offsets, state=cycle.state, plan=plan)
         except Undelivered as undelivered:
+            made = cycle.work.provenance.made
+            self.landed.update(_identity(out) for out in undelivered.kept if id(out) in made)
             raise CycleFailed(self.partition, undelivered) from undelivered
         except Exception as exc:
             raise EngineFailure(

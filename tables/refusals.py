@@ -81,10 +81,16 @@ class Failure:
 class Undelivered(Exception):
     """Kafka did not take some record batches of a cycle (nothing of it takes effect)."""
 
-    def __init__(self, failures: list[Failure], delivered: int) -> None:
+    def __init__(
+        self, failures: list[Failure], delivered: int, taken: Sequence[Output] = ()
+    ) -> None:
         self.failures = failures
         #: record batches of the same send that Kafka took
         self.delivered = delivered
+        #: the records of those batches
+        self.taken = list(taken)
+        #: the records Kafka keeps for good (at_least_once: no transaction takes them back)
+        self.kept: list[Output] = []
         first = failures[0]
         super().__init__(
             f"{len(failures)} record batches refused, {delivered} taken; first: "

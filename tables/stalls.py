@@ -28,7 +28,7 @@ BACKOFF_CAP_S = 30.0
 #: Failed attempts of one cycle before its records are sent one per batch.
 ISOLATE_AFTER = 3
 #: A cycle in flight this long shows as stalled too (waiting on Kafka, or applying a
-#: large batch record by record).
+#: large fetch in checked batches).
 SLOW_CYCLE_S = 10.0
 
 

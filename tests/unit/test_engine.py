@@ -150,7 +150,11 @@ class LogDelivery:
             self.log.committed.update(offsets)
         else:  # the outputs, then the changelogs
             self._deliver(outputs, plan, written, atomic=False)
-            self._deliver(state, plan, written, atomic=False)
+            try:
+                self._deliver(state, plan, written, atomic=False)
+            except Undelivered as undelivered:
+                undelivered.kept = [*outputs, *undelivered.kept]
+                raise
         return written
 
     def _deliver(
@@ -181,7 +185,10 @@ class LogDelivery:
                         tp, out.key, out.value, out.headers, out.timestamp_ms
                     )
         if failures:
-            raise Undelivered(failures, delivered=len(taken))
+            records = [out for _, batch in taken for out in batch]
+            undelivered = Undelivered(failures, len(taken), records)
+            undelivered.kept = [] if atomic else records
+            raise undelivered
 
     async def reset(self) -> None:
         self.resets += 1

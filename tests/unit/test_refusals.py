@@ -248,13 +248,9 @@ def test_a_refusal_the_checks_did_not_foresee_is_attributed_through_kafkas_answe
     assert value == b"b=" + b"x" * 300
     assert error.startswith("MessageSizeTooLargeError")
     assert error.endswith("(topic out partition 0)")
-    sent = outputs(log)
-    if exactly_once:
-        assert sent == {b"1": 1, b"2": 1, b"3": 1}
-    else:  # each attempt at the cycle may send its outputs once more
-        attempts = engine.figures.retries["refusal"] + 1
-        assert set(sent) == {b"1", b"2", b"3"}
-        assert max(sent.values()) <= attempts
+    # at_least_once too: an attempt at once does not send again what Kafka took before
+    assert outputs(log) == {b"1": 1, b"2": 1, b"3": 1}
+    assert engine.figures.retries["refusal"] >= 2
     assert engine.stalled() == []
 
 
