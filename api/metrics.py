@@ -90,6 +90,53 @@ class WorkerCollector(Collector):
             "Time spent in batch cycles, all together.",
             value=figures.cycle_seconds,
         )
+        refused = CounterMetricFamily(
+            "streamstate_refused_records",
+            "Input records sent to a dead-letter topic because Kafka refused (or would "
+            "refuse) a record they made, by source topic and Kafka's error.",
+            labels=["source", "error"],
+        )
+        for (source, error), n in sorted(figures.refused_records.items()):
+            refused.add_metric([source, error], n)
+        yield refused
+        retries = CounterMetricFamily(
+            "streamstate_cycle_retries",
+            "Attempts at a cycle after a failed one: at once after a refusal (refusal), "
+            "or scheduled after a backoff (backoff).",
+            labels=["cause"],
+        )
+        for cause, n in sorted(figures.retries.items()):
+            retries.add_metric([cause], n)
+        yield retries
+        yield from self._stalled(engine)
+
+    def _stalled(self, engine: Any) -> Iterator[Any]:
+        stalled = GaugeMetricFamily(
+            "streamstate_partition_stalled",
+            "1 for a partition that cannot advance: its last cycle failed (it is tried "
+            "again after a backoff) or its cycle has waited on Kafka for 10 s or more.",
+            labels=["partition", "error"],
+        )
+        seconds = GaugeMetricFamily(
+            "streamstate_partition_stalled_seconds",
+            "How long a stalled partition has not advanced.",
+            labels=["partition"],
+        )
+        offsets = GaugeMetricFamily(
+            "streamstate_stalled_input_offset",
+            "The input offset a stalled partition is stuck at (the next one to apply).",
+            labels=["topic", "partition"],
+        )
+        for report in _safe(engine.stalled, []):
+            partition = str(report["partition"])
+            stalled.add_metric([partition, report["error"]], 1)
+            seconds.add_metric([partition], report["stalled_s"])
+            for topic, offset in report["inputs"].items():
+                if offset is not None:
+                    offsets.add_metric([topic, partition], offset)
+        yield stalled
+        yield seconds
+        yield offsets
 
     def _consumer_lag(self, engine: Any) -> Iterator[Any]:
         lag = GaugeMetricFamily(

@@ -151,11 +151,29 @@ class KeyMetadata(BaseModel):
     standbys: list[str]
 
 
+class StalledPartition(BaseModel):
+    """A partition whose cycle failed (it is tried again after a backoff) or has been in
+    flight for 10 s or more (waiting on Kafka, or applying its records)."""
+
+    partition: int
+    #: per source topic, the offset the partition is stuck at (the next one to apply)
+    inputs: dict[str, int | None]
+    reason: str
+    #: the name of the error (``KafkaTimeoutError``); for a cycle in flight, ``Waiting``
+    #: (on Kafka) or ``Busy`` (applying its records)
+    error: str
+    attempts: int
+    stalled_s: float
+    since_ms: int
+    retry_in_s: float
+
+
 class Readiness(BaseModel):
-    status: Literal["ready", "recovering", "broker-unreachable", "failed"]
+    status: Literal["ready", "recovering", "broker-unreachable", "failed", "stalled"]
     assigned: int
     progress: dict[str, Any] | None = None
     detail: str | None = None
+    stalled: list[StalledPartition] = []
 
 
 class PartitionScan(BaseModel):

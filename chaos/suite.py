@@ -18,6 +18,7 @@ from chaos.scenarios import (
     disk,
     kill_worker,
     lost_disk,
+    refusals,
 )
 from chaos.scenarios.kill_worker import KillPlan
 from tests.support.kafka import LocalKafka
@@ -55,6 +56,12 @@ def kill_plan(guarantee: str, quick: bool) -> KillPlan:
 
 def _kill(guarantee: str) -> Runner:
     return lambda kafka, quick, level: kill_worker.run(kafka, kill_plan(guarantee, quick), level)
+
+
+def _refusal(fault: str, guarantee: str) -> Runner:
+    return lambda kafka, quick, level: refusals.run(
+        kafka, level, guarantee, fault, load_s=4.0 if quick else 10.0
+    )
 
 
 def _rate(load: Figures) -> str:
@@ -185,6 +192,11 @@ ALO_HOW = KILL_HOW + (
     "nightly job recomputes the tables from the topics and must find exactly the keys "
     "left wrong."
 )
+REFUSAL_TITLES = {
+    "event_time": "events hours and years ahead of and behind the clock, under load",
+    "state_too_large": "a store's inventory value outgrowing its changelog's max.message.bytes",
+    "output_refused": "settled pairs refused by their topic (max.message.bytes lowered)",
+}
 SCENARIOS: dict[str, Scenario] = {
     "kill_exactly_once": Scenario(
         "kill -9 of workers under load, exactly_once",
@@ -280,6 +292,18 @@ SCENARIOS: dict[str, Scenario] = {
             f"ready: {r['equal_at_ready']}"
         ),
     ),
+    **{
+        f"{fault}_{guarantee}": Scenario(
+            f"{REFUSAL_TITLES[fault]}, {guarantee}",
+            refusals.__doc__ or "",
+            1,
+            _refusal(fault, guarantee),
+            refusals.check,
+            refusals.headline,
+        )
+        for fault in refusals.FAULTS
+        for guarantee in ("exactly_once", "at_least_once")
+    },
     "broker_loss": Scenario(
         "kill -9 of the leading node of three under load",
         "Three KRaft nodes (RF 3, min ISR 2), two workers (exactly_once) with "

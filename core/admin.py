@@ -12,6 +12,7 @@ import asyncio
 import logging
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from core.errors import TopicLayoutError
 from core.topics import TopicSpec
@@ -66,3 +67,21 @@ async def partitions_of(bootstrap: str, topic: str, wait_s: float = 30.0) -> lis
             await asyncio.sleep(0.5)
     finally:
         await admin.close()
+
+
+async def topic_configs(bootstrap: str, topics: list[str]) -> dict[str, dict[str, str]]:
+    """Each existing topic's configuration as the broker applies it (its own settings,
+    and the broker's defaults for the rest); topics the broker does not know are left out."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        resources = [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics]
+        answers = await admin.describe_configs(resources)
+    finally:
+        await admin.close()
+    found: dict[str, dict[str, str]] = {}
+    for answer in answers:
+        for error_code, _message, _kind, name, entries in answer.resources:
+            if error_code == 0:
+                found[name] = {entry[0]: entry[1] for entry in entries if entry[1] is not None}
+    return found

@@ -416,12 +416,9 @@ class Runner:
             keys = (None if k is None else key_bytes(k) for k in map(key_fn, rows.values))
         value_type = node.value_type if value_fn is None else None
         values = rows.values if value_fn is None else list(map(value_fn, rows.values))
-        stamps: Iterator[int | None] = repeat(None)
-        if rows.index is not None and rows.topic is not None:
-            records = batch.of(rows.topic)
-            stamps = (records[i].timestamp for i in rows.index)
-        for key, value, stamp in zip(keys, values, stamps, strict=False):
-            batch.send(topic, key, to_bytes(value, value_type), timestamp_ms=stamp)
+        # Timed by the engine: the inputs' timestamp where the topic takes it.
+        for key, value in zip(keys, values, strict=False):
+            batch.send(topic, key, to_bytes(value, value_type))
 
     # -- aggregations ------------------------------------------------------------------------
 

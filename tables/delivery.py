@@ -10,6 +10,14 @@ source offsets commit in one transaction.
 acknowledged, then its changelog records, then its offsets are committed (by the consumer
 group, once per engine cycle); a crash in between processes the cycle again, and sends
 its outputs again rather than losing them.
+
+Records leave as record batches of one partition each, no larger than their topic takes.
+When Kafka fails a batch, every batch of the send is awaited and the failures are
+raised together (:class:`~tables.refusals.Undelivered`). aiokafka's producer cannot send
+to a partition again after a failed batch (its sequence numbers went on past it: the
+broker answers OutOfOrderSequenceNumber to everything after), so a delivery whose send
+failed replaces its producer (:meth:`TransactionalDelivery.reset`,
+:meth:`SharedProducer.reset`).
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import asyncio
 import functools
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -26,12 +34,14 @@ from aiokafka.structs import TopicPartition
 
 from core.topics import partition_for
 from tables.engine import TP
+from tables.limits import BATCH_HEADER_BYTES, MAX_REQUEST_BYTES, record_bytes_bound
 from tables.pipeline import Output
+from tables.refusals import Failure, SendPlan, Undelivered
 
 logger = logging.getLogger(__name__)
 
-#: Largest request a producer sends; a repartition record is kept well below it.
-MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: The largest record batch the producer fills by itself.
+MAX_BATCH_BYTES = 1024 * 1024
 
 
 def producer_options(bootstrap: str) -> dict[str, Any]:
@@ -40,7 +50,7 @@ def producer_options(bootstrap: str) -> dict[str, Any]:
         "acks": "all",
         "enable_idempotence": True,
         "linger_ms": 5,
-        "max_batch_size": 1024 * 1024,
+        "max_batch_size": MAX_BATCH_BYTES,
         "max_request_size": MAX_REQUEST_BYTES,
     }
 
@@ -81,37 +91,74 @@ def _append(batch: Any, out: Output) -> bool:
     return appended is not None
 
 
+Sent = tuple[TP, list[Output], "asyncio.Future[Any]"]
+
+
 async def _send_partition(
-    producer: AIOKafkaProducer, tp: TP, records: Sequence[Output]
-) -> list[tuple[int, asyncio.Future[Any]]]:
-    """Queue one partition's records as record batches: (records, delivery) per batch."""
-    sent: list[tuple[int, asyncio.Future[Any]]] = []
-    batch, count = producer.create_batch(), 0
+    producer: AIOKafkaProducer, tp: TP, records: Sequence[Output], limit: int, alone: bool
+) -> list[Sent]:
+    """Queue one partition's records as record batches of at most ``limit`` bytes (one
+    record each when ``alone``): (partition, records, delivery) per batch."""
+    sent: list[Sent] = []
+    counted = limit < MAX_BATCH_BYTES  # else the producer's own batch size is the bound
+    batch, members, size = producer.create_batch(), list[Output](), BATCH_HEADER_BYTES
     for out in records:
-        if not _append(batch, out):  # the batch is full: send it, start the next
-            if count:
-                sent.append(
-                    (count, await producer.send_batch(batch, tp.topic, partition=tp.partition))
-                )
-                batch, count = producer.create_batch(), 0
-            if not _append(batch, out):
-                raise ValueError(f"a record for {tp.topic} exceeds the producer's batch size")
-        count += 1
-    sent.append((count, await producer.send_batch(batch, tp.topic, partition=tp.partition)))
+        grow = record_bytes_bound(out.key, out.value, out.headers) if counted else 0
+        full = members and (alone or size + grow > limit)
+        if not full and _append(batch, out):
+            members.append(out)
+            size += grow
+            continue
+        if members:
+            future = await producer.send_batch(batch, tp.topic, partition=tp.partition)
+            sent.append((tp, members, future))
+            batch, members, size = producer.create_batch(), [], BATCH_HEADER_BYTES
+        if not _append(batch, out):  # a batch takes its first record whatever its size
+            raise ValueError(f"a record for {tp.topic} does not fit an empty record batch")
+        members.append(out)
+        size += grow
+    if members:
+        sent.append(
+            (tp, members, await producer.send_batch(batch, tp.topic, partition=tp.partition))
+        )
     return sent
 
 
-async def _send_all(producer: AIOKafkaProducer, outputs: Sequence[Output]) -> dict[TP, int]:
-    """Produce ``outputs`` as one record batch per partition (more when a batch fills),
-    and wait until Kafka holds them all. Returns the last offset written per partition."""
-    sent: list[tuple[TP, int, asyncio.Future[Any]]] = []
+async def _send_all(
+    producer: AIOKafkaProducer, outputs: Sequence[Output], plan: SendPlan | None = None
+) -> dict[TP, int]:
+    """Produce ``outputs`` as record batches of one partition each, and wait until Kafka
+    holds them all. Returns the last offset written per partition; raises
+    :class:`Undelivered` with every batch Kafka did not take."""
+    plan = plan or SendPlan()
+    limit: Callable[[str], int] = plan.batch_bytes or (lambda _topic: MAX_BATCH_BYTES)
+    sent: list[Sent] = []
     for tp, records in (await _partitioned(producer, outputs)).items():
-        sent += [(tp, n, future) for n, future in await _send_partition(producer, tp, records)]
+        alone = (tp.topic, tp.partition) in plan.isolate
+        sent += await _send_partition(producer, tp, records, limit(tp.topic), alone)
+    results = await asyncio.gather(*(future for _, _, future in sent), return_exceptions=True)
     written: dict[TP, int] = {}
-    for tp, count, future in sent:
-        metadata = await future
-        written[tp] = max(written.get(tp, -1), metadata.offset + count - 1)
+    failures: list[Failure] = []
+    taken: list[Output] = []
+    for (tp, members, _), result in zip(sent, results, strict=True):
+        if isinstance(result, BaseException):
+            failures.append(Failure((tp.topic, tp.partition), result, members))
+            continue
+        written[tp] = max(written.get(tp, -1), result.offset + len(members) - 1)
+        taken += members
+    if failures:
+        raise Undelivered(failures, len(sent) - len(failures), taken)
     return written
+
+
+def _undelivered(error: BaseException) -> Undelivered | None:
+    """The Undelivered a failure arose from, when one did (an abort that failed too)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, Undelivered):
+            return seen
+        seen = seen.__context__
+    return None
 
 
 class TransactionalDelivery:
@@ -131,17 +178,37 @@ class TransactionalDelivery:
         self._producer = producer
 
     async def send(
-        self, outputs: Sequence[Output], offsets: Mapping[TP, int], state: Sequence[Output] = ()
+        self,
+        outputs: Sequence[Output],
+        offsets: Mapping[TP, int],
+        state: Sequence[Output] = (),
+        plan: SendPlan | None = None,
     ) -> dict[TP, int]:
         producer = self._producer
         if producer is None:
             raise RuntimeError(f"transactional producer {self.transactional_id} is not open")
-        async with producer.transaction():
-            written = await _send_all(producer, [*state, *outputs])
-            if offsets:
-                commit = {TopicPartition(tp.topic, tp.partition): o for tp, o in offsets.items()}
-                await producer.send_offsets_to_transaction(commit, self.group_id)
+        try:
+            async with producer.transaction():
+                written = await _send_all(producer, [*state, *outputs], plan)
+                if offsets:
+                    commit = {
+                        TopicPartition(tp.topic, tp.partition): o for tp, o in offsets.items()
+                    }
+                    await producer.send_offsets_to_transaction(commit, self.group_id)
+        except Undelivered:
+            raise  # the transaction is aborted: nothing of the cycle is visible
+        except Exception as exc:
+            cause = _undelivered(exc)
+            if cause is not None:  # the abort failed too: the next producer's start aborts
+                raise cause from exc
+            raise
         return written
+
+    async def reset(self) -> None:
+        """A new producer with the same transactional id: its start aborts what the old
+        one left open."""
+        await self.close()
+        await self.open()
 
     async def close(self) -> None:
         producer, self._producer = self._producer, None
@@ -149,24 +216,82 @@ class TransactionalDelivery:
             await producer.stop()
 
 
+class SharedProducer:
+    """at_least_once: the worker's idempotent producer, replaced after a failed send."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.producer: AIOKafkaProducer | None = None
+        #: counts the producers started: a delivery that failed with one asks to replace
+        #: that one only
+        self.generation = 0
+
+    async def start(self) -> None:
+        producer = AIOKafkaProducer(**producer_options(self.bootstrap))
+        await producer.start()
+        self.producer = producer
+        self.generation += 1
+
+    async def stop(self) -> None:
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            await producer.stop()
+
+    async def reset(self, generation: int) -> None:
+        """Replace the producer, unless it is no longer the one of ``generation``."""
+        if generation != self.generation:
+            return
+        logger.info("the shared producer is replaced after a failed send")
+        await self.stop()
+        await self.start()
+
+
 class SharedDelivery:
     """at_least_once: a task's view of the worker's idempotent producer."""
 
-    def __init__(self, producer: AIOKafkaProducer) -> None:
-        self.producer = producer
+    def __init__(self, shared: SharedProducer) -> None:
+        self.shared = shared
+        #: the producer generation a send of this task failed with, if any
+        self._failed: int | None = None
 
     async def open(self) -> None:
         return None
 
     async def send(
-        self, outputs: Sequence[Output], offsets: Mapping[TP, int], state: Sequence[Output] = ()
+        self,
+        outputs: Sequence[Output],
+        offsets: Mapping[TP, int],
+        state: Sequence[Output] = (),
+        plan: SendPlan | None = None,
     ) -> dict[TP, int]:
-        # The outputs first: state that lands without them would make the records that
-        # produced them look applied when they are processed again (see Delivery.send).
-        written = await _send_all(self.producer, outputs) if outputs else {}
-        if state:
-            written.update(await _send_all(self.producer, state))
+        producer = self.shared.producer
+        if producer is None:
+            raise RuntimeError("the shared producer is not started")
+        generation = self.shared.generation
+        try:
+            # The outputs first: state that lands without them would make the records
+            # that produced them look applied when they are processed again (see
+            # Delivery.send).
+            try:
+                written = await _send_all(producer, outputs, plan) if outputs else {}
+            except Undelivered as undelivered:
+                undelivered.kept = undelivered.taken
+                raise
+            if state:
+                try:
+                    written.update(await _send_all(producer, state, plan))
+                except Undelivered as undelivered:
+                    undelivered.kept = [*outputs, *undelivered.taken]
+                    raise
+        except Exception:
+            self._failed = generation
+            raise
         return written
 
+    async def reset(self) -> None:
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            await self.shared.reset(failed)
+
     async def close(self) -> None:
-        return None
+        await self.reset()

@@ -5,7 +5,7 @@ For each source partition number ``p`` assigned to this worker there is one
 of every source topic and owns partition ``p`` of every table. Each batch cycle of a
 task takes the records fetched for its partitions, hands each pipeline the records of
 its topics (:mod:`tables.pipeline`), and then makes the cycle take effect as one unit
-(:meth:`Task.commit`): the changelog records of every table write, the pipelines'
+(:meth:`Task.run`): the changelog records of every table write, the pipelines'
 output records and the next source offsets go to Kafka together (one transaction under
 ``exactly_once``; produce, wait for every acknowledgement, commit under
 ``at_least_once``), and only then are the writes applied to the local stores, in one
@@ -19,11 +19,20 @@ writes (:data:`POSITION_KEY`), in the changelog too, so a standby knows how far 
 goes in terms of the source topics.
 
 A record whose processing raises goes to its topic's dead-letter topic with the
-exception in its ``error`` header, and the rest of its batch takes effect. A failure of
-Kafka (:class:`EngineFailure`) takes nothing: the tasks close and start again from the
-committed offsets once Kafka answers. A failure of a store after Kafka took the cycle
-(:class:`StoreFailure`) stops the engine for good, with the reason in :attr:`Engine.failure`:
-the store is behind its changelog, and a restart restores it. Nothing is skipped.
+exception in its ``error`` header, and the rest of its batch takes effect. A record whose
+effects Kafka refuses (too large, a timestamp out of range, no key for a compacted
+topic) goes there too, with Kafka's reason, and the rest of the cycle takes effect
+(:mod:`tables.refusals`). A cycle that fails for another reason (:class:`EngineFailure`)
+takes nothing: its task closes, its partitions pause, and it is tried again from the
+committed offsets after a backoff (:mod:`tables.stalls`); the other tasks go on. A
+failure of a store after Kafka took the cycle (:class:`StoreFailure`) stops the engine
+for good, with the reason in :attr:`Engine.failure`: the store is behind its changelog,
+and a restart restores it. Nothing is skipped.
+
+Timestamps: an output record that its batch function does not time gets the time of
+the input records it came from (the largest of its batch's), or the worker's clock when
+its topic would refuse that time; changelog records get the worker's clock
+(:func:`tables.limits.stamp`, docs/architecture.md).
 
 Nothing here imports faust or aiokafka: the worker plugs in a :class:`Connector`
 (``tables/faust_adapter.py``), and tests plug in an in-process one.
@@ -35,12 +44,14 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from core.topics import POSITION_KEY
+from core.topics import POSITION_KEY, dlq_topic
+from tables.limits import MAX_REQUEST_BYTES, TopicLimits, refusal, stamp
 from tables.pipeline import (
+    ERROR_HEADER,
     Batch,
     Output,
     Pipeline,
@@ -57,12 +68,34 @@ from tables.positions import (
     encode_offsets,
     merge_into,
 )
+from tables.refusals import (
+    Plan,
+    Produced,
+    Provenance,
+    Refused,
+    SendPlan,
+    Undelivered,
+    error_name,
+    fit_dead_letter,
+    learn_failure,
+    learn_refusals,
+    record_id,
+)
+from tables.stalls import SLOW_CYCLE_S, Stall, slow_report
 
 logger = logging.getLogger(__name__)
 
 #: Called after a cycle's writes reach a table partition's store: (table, partition,
 #: the changes, None deleting, :data:`POSITION_KEY` among them).
 Listener = Callable[[str, int, Mapping[bytes, bytes | None]], None]
+
+#: Attempts at one cycle within one engine cycle, when refusals teach the task something
+#: (the checks find culprits, Kafka refuses records, a producer is replaced).
+MAX_ROUNDS = 6
+#: Passes over one cycle's records while the checks before sending find more to refuse.
+MAX_PASSES = 6
+#: Records per batch at most when a pipeline's effects are checked batch by batch.
+CHECKED_BATCH = 64
 
 
 class TP(NamedTuple):
@@ -73,8 +106,16 @@ class TP(NamedTuple):
 
 
 class EngineFailure(RuntimeError):
-    """Kafka failed under a cycle: the cycle did not take effect, and the tasks start
+    """Kafka failed under a cycle: the cycle did not take effect, and its task starts
     again from the committed offsets once Kafka answers."""
+
+
+class CycleFailed(EngineFailure):
+    """Kafka did not take some record batches of a task's cycle."""
+
+    def __init__(self, partition: int, undelivered: Undelivered) -> None:
+        super().__init__(f"task {partition}: Kafka did not take the batch: {undelivered}")
+        self.undelivered = undelivered
 
 
 class StoreFailure(EngineFailure):
@@ -110,15 +151,24 @@ class Delivery(Protocol):
         """Before the task's first cycle (exactly_once: fences the previous owner)."""
 
     async def send(
-        self, outputs: Sequence[Output], offsets: Mapping[TP, int], state: Sequence[Output] = ()
+        self,
+        outputs: Sequence[Output],
+        offsets: Mapping[TP, int],
+        state: Sequence[Output] = (),
+        plan: SendPlan | None = None,
     ) -> dict[TP, int]:
         """Produce ``outputs`` and the changelog records ``state`` and wait until Kafka
         holds them; under exactly_once commit ``offsets`` in the same transaction. Under
         at_least_once ``state`` goes only once Kafka holds ``outputs``: a crash in between
         sends the outputs again, and never leaves a changelog saying a record was applied
         (a join's dedupe by offset) while its outputs were lost. Returns the last offset
-        written per topic partition."""
+        written per topic partition; raises :class:`~tables.refusals.Undelivered` when
+        Kafka did not take some record batches (none under exactly_once then)."""
         ...
+
+    async def reset(self) -> None:
+        """After a send failed: the producer cannot send to the failed partitions again
+        (its sequence numbers went on past the refused batch); replace it."""
 
     async def close(self) -> None: ...
 
@@ -150,6 +200,16 @@ class Connector(Protocol):
 
     async def prepare(self) -> None:
         """Wait for what every pipeline needs before its first batch (the catalogue)."""
+        ...
+
+    def pause(self, tps: Sequence[TP]) -> None:
+        """Fetch nothing more of these partitions until :meth:`resume`."""
+        ...
+
+    def resume(self, tps: Sequence[TP]) -> None: ...
+
+    async def limits(self, topics: Sequence[str]) -> dict[str, TopicLimits]:
+        """The rules Kafka applies to records produced to ``topics`` (those it knows)."""
         ...
 
 
@@ -188,8 +248,59 @@ class Figures:
     steps: Counter[str] = field(default_factory=Counter)
     dead_letters: Counter[str] = field(default_factory=Counter)
     failed_records: Counter[str] = field(default_factory=Counter)
+    #: input records sent to a dead-letter topic because Kafka refused (or would refuse)
+    #: their effects, by (source topic, Kafka's error)
+    refused_records: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: attempts at a cycle after a failed one, by cause (refusal: in the same engine
+    #: cycle; backoff: after a pause)
+    retries: Counter[str] = field(default_factory=Counter)
     cycles: int = 0
     cycle_seconds: float = 0.0
+
+
+@dataclass
+class Limits:
+    """The rules of every topic the engine sends to, as the broker last described them."""
+
+    topics: dict[str, TopicLimits] = field(default_factory=dict)
+    default: TopicLimits = field(default_factory=TopicLimits)
+    read: bool = False
+
+    def of(self, topic: str) -> TopicLimits:
+        return self.topics.get(topic, self.default)
+
+    def max_bytes(self, topic: str) -> int:
+        """The largest record batch ``topic`` takes from the engine's producers."""
+        return min(self.of(topic).max_message_bytes, MAX_REQUEST_BYTES)
+
+
+@dataclass
+class _Work:
+    """What the passes over one cycle's records collect."""
+
+    produced: list[Produced] = field(default_factory=list)
+    provenance: Provenance = field(default_factory=Provenance)
+    events: Counter[str] = field(default_factory=Counter)
+    dead_letters: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
+    refused: Counter[tuple[str, str]] = field(default_factory=Counter)
+    steps: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class Cycle:
+    """One cycle ready to take effect: what goes to Kafka and to the stores."""
+
+    outputs: list[Output]
+    state: list[Output]
+    changes: dict[str, dict[bytes, bytes | None]]
+    refusals: list[Refused]
+    work: _Work
+
+
+def _identity(out: Output) -> tuple[Any, ...]:
+    """What makes two outputs the same record for Kafka's readers (not the timestamp)."""
+    return (out.topic, out.partition, out.key, out.value, tuple(out.headers or ()))
 
 
 class Task:
@@ -206,6 +317,7 @@ class Task:
         lineage: Lineage,
         partitions: int,
         listeners: Sequence[Listener] = (),
+        limits: Limits | None = None,
     ) -> None:
         self.partition = partition
         self.pipelines = pipelines
@@ -216,13 +328,29 @@ class Task:
         #: partitions of every topic (the repartition topics' position records go to each)
         self.partitions = partitions
         self.listeners = listeners
+        self.limits = limits if limits is not None else Limits()
         self.checkpoint = Checkpoint()
         self.caches: dict[str, Any] = {}
         #: records parsed in the current cycle (Batch.parsed)
         self.parses: dict[Any, Any] = {}
         #: per repartition topic read, the source offsets its applied records carried
         self.upstream: dict[str, Offsets] = {}
+        #: what refusals taught the task about its current cycle
+        self.plan = Plan()
+        #: where the records of the last cycle sent came from
+        self.provenance = Provenance()
+        #: outputs of the current cycle that Kafka holds from a failed attempt
+        #: (at_least_once): the next attempt does not send them again
+        self.landed: Counter[tuple[Any, ...]] = Counter()
+        #: when the cycle in flight started (None: none in flight), its first offsets, and
+        #: whether it is applying its records or waiting for Kafka to take them
+        self.busy_since: float | None = None
+        self.busy_at: dict[TP, int | None] = {}
+        self.waiting = False
         self._ordered = {spec.name for p in pipelines for spec in p.writes if spec.ordered}
+        self._dead_letter_topics = frozenset(dlq_topic(t) for p in pipelines for t in p.reads)
+        #: a pass changed the pipelines' caches and its cycle did not take effect
+        self._dirty = False
 
     def load_positions(self) -> None:
         """Take the upstream offsets the task's table partitions hold (a new task)."""
@@ -249,20 +377,16 @@ class Task:
         records = {tp.topic: rs for tp, rs in pending.items() if rs}
         for topic in self.lineage.internal & records.keys():
             records[topic] = self._take_positions(topic, records[topic])
-        views = {
-            name: TableView(name, store.partition(self.partition), ordered=name in self._ordered)
-            for name, store in self.tables.items()
-        }
-        outputs: list[Output] = []
-        fed: set[str] = set()
-        self.parses = {}
-        for pipeline in self.pipelines:
-            mine = {topic: records[topic] for topic in pipeline.reads if topic in records}
-            if mine:
-                outputs.extend(self._apply(pipeline, mine, views))
-                outputs.extend(self._position_records(pipeline, offsets))
-                fed.update(spec.name for spec in pipeline.writes)
-        await self.commit(views, fed, outputs, offsets)
+        self.busy_since = time.monotonic()
+        self.busy_at = dict(self.checkpoint.next)
+        self.busy_at.update({tp: rs[0].offset for tp, rs in pending.items() if rs})
+        try:
+            cycle = self._build(records, offsets)
+            await self._take_effect(cycle, offsets)
+        finally:
+            self.busy_since = None
+        self.plan = self.plan.after(offsets)
+        self.landed.clear()
         return offsets
 
     def _take_positions(
@@ -294,7 +418,7 @@ class Task:
                 merge_into(held, self.upstream.get(topic, {}))
         return held
 
-    def _position_records(self, pipeline: Pipeline, moved: Mapping[TP, int]) -> list[Output]:
+    def _position_records(self, pipeline: Pipeline, moved: Mapping[TP, int]) -> list[Produced]:
         """One record per partition of each repartition topic ``pipeline`` sends to, with
         the source offsets its cycle has applied."""
         relays = self.lineage.internal.intersection(pipeline.produces)
@@ -304,22 +428,88 @@ class Task:
         carried = {t: o for t, o in self._held(reads, moved).items() if t not in relays}
         value = encode_offsets(carried)
         return [
-            Output(topic, POSITION_KEY, value, partition)
+            Produced(Output(topic, POSITION_KEY, value, partition), -1, None, None)
             for topic in sorted(relays)
             for partition in range(self.partitions)
         ]
 
-    def _position(self, table: str) -> bytes:
+    def _position(self, table: str, moved: Mapping[TP, int]) -> bytes:
         feeds = self.lineage.feeds.get(table, frozenset())
         upstream = {t: self.upstream[t] for t in feeds if t in self.upstream}
-        return Position(self._held(feeds, {}), upstream).encode()
+        return Position(self._held(feeds, moved), upstream).encode()
+
+    # -- building a cycle ---------------------------------------------------------------
+
+    def _build(
+        self, records: dict[str, Sequence[SourceRecord]], offsets: Mapping[TP, int]
+    ) -> Cycle:
+        """The cycle's records, checked against their topics' rules: while the checks
+        refuse some, the pipelines that made them run again in checked batches, so that
+        only the input records whose effects are refused are left out."""
+        for _ in range(MAX_PASSES):
+            cycle = self._pass(records, offsets)
+            if not cycle.refusals:
+                return cycle
+            if not learn_refusals(self.plan, cycle.refusals, cycle.work.provenance):
+                break
+        raise EngineFailure(
+            f"task {self.partition}: a record the engine writes itself would be refused: "
+            f"{cycle.refusals[0].reason}"
+        )
+
+    def _pass(self, records: dict[str, Sequence[SourceRecord]], offsets: Mapping[TP, int]) -> Cycle:
+        now_ms = int(time.time() * 1000)
+        while True:
+            if self._dirty:  # an earlier pass changed them: they must match the stores
+                self.caches.clear()
+            self._dirty = True
+            views = {
+                name: TableView(
+                    name, store.partition(self.partition), ordered=name in self._ordered
+                )
+                for name, store in self.tables.items()
+            }
+            self.parses = {}
+            work, fed = _Work(), set[str]()
+            if self._pipelines(records, offsets, views, work, fed, now_ms):
+                return self._finish(records, views, fed, work, offsets, now_ms)
+
+    def _pipelines(
+        self,
+        records: dict[str, Sequence[SourceRecord]],
+        offsets: Mapping[TP, int],
+        views: Mapping[str, TableView],
+        work: _Work,
+        fed: set[str],
+        now_ms: int,
+    ) -> bool:
+        """Every pipeline over its records; False when a record applied by an earlier
+        pipeline turned out to be a culprit (the pass starts again without it)."""
+        applied: set[str] = set()  # topics earlier pipelines applied records of
+        for pipeline in self.pipelines:
+            present = [topic for topic in pipeline.reads if topic in records]
+            if not present:
+                continue
+            fed.update(spec.name for spec in pipeline.writes)
+            mine = {t: self.plan.admitted(records[t]) for t in present}
+            mine = {t: rs for t, rs in mine.items() if rs}
+            if mine and pipeline.name in self.plan.suspects:
+                found = self._checked(pipeline, mine, views, work, now_ms)
+                if any(record.topic in applied for record in found):
+                    return False
+            elif mine:
+                self._apply(pipeline, mine, views, work)
+            applied.update(mine)
+            work.produced.extend(self._position_records(pipeline, offsets))
+        return True
 
     def _apply(
         self,
         pipeline: Pipeline,
         records: dict[str, Sequence[SourceRecord]],
         views: Mapping[str, TableView],
-    ) -> list[Output]:
+        work: _Work,
+    ) -> None:
         """Run the pipeline on the batch; if it raises, record by record, so that only
         the records that raise are left out (sent to their dead-letter topics)."""
         batch = self._batch(pipeline, records, views)
@@ -333,40 +523,164 @@ class Task:
                 exc_info=True,
             )
             self.caches.pop(pipeline.name, None)
-            return self._one_by_one(pipeline, records, views)
-        self._keep(batch)
-        return batch.outputs
+            self._one_by_one(pipeline, records, views, work)
+            return
+        at_ms = max((r.timestamp for rs in records.values() for r in rs), default=-1)
+        self._keep(batch, work, None)
+        work.produced.extend(Produced(out, at_ms, pipeline.name, None) for out in batch.outputs)
 
     def _one_by_one(
         self,
         pipeline: Pipeline,
         records: dict[str, Sequence[SourceRecord]],
         views: Mapping[str, TableView],
-    ) -> list[Output]:
-        outputs: list[Output] = []
+        work: _Work,
+    ) -> None:
         for topic in pipeline.reads:
             for record in records.get(topic, ()):
                 batch = self._batch(pipeline, {topic: [record]}, views)
-                try:
-                    pipeline.process(batch)
-                except Exception as exc:
-                    self.caches.pop(pipeline.name, None)
-                    reason = f"processing failed: {type(exc).__name__}: {exc}"
-                    logger.error(
-                        "%s: %s[%d]@%d: %s",
-                        pipeline.name,
-                        record.topic,
-                        record.partition,
-                        record.offset,
-                        reason,
-                    )
-                    outputs.append(dead_letter_record(record, reason[:1000]))
-                    self.figures.dead_letters[record.topic] += 1
-                    self.figures.failed_records[pipeline.name] += 1
+                if self._process_one(pipeline, batch, record, work):
+                    self._keep_one(pipeline, batch, record, work)
+
+    def _checked(
+        self,
+        pipeline: Pipeline,
+        records: dict[str, Sequence[SourceRecord]],
+        views: Mapping[str, TableView],
+        work: _Work,
+        now_ms: int,
+    ) -> list[SourceRecord]:
+        """The pipeline in small batches whose effects are checked against their topics'
+        rules: a batch whose effects would be refused is applied again in smaller ones,
+        down to single records; a record whose own effects would be refused is a culprit,
+        and none of them is kept. Batches grow again while they pass (most records pass,
+        and a batch function applied record by record can cost far more than once per
+        record: a join scans its index every batch); a pipeline marked ``fine`` goes one
+        record at a time. Returns the new culprits."""
+        found: list[SourceRecord] = []
+        size = 1 if pipeline.name in self.plan.fine else CHECKED_BATCH
+        for topic in pipeline.reads:
+            pending = records.get(topic, ())
+            at = 0
+            while at < len(pending):
+                chunk = pending[at : at + size]
+                batch = self._batch(pipeline, {topic: chunk}, views)
+                if len(chunk) == 1:
+                    if not self._process_one(pipeline, batch, chunk[0], work):
+                        at += 1
+                        continue
+                elif not self._processed(pipeline, batch):
+                    size = 1  # one of them raises: find it
                     continue
-                self._keep(batch)
-                outputs.extend(batch.outputs)
-        return outputs
+                why = self._record_refusal(batch, now_ms)
+                if why is None:
+                    self._keep_chunk(pipeline, batch, chunk, work)
+                    at += len(chunk)
+                    if pipeline.name not in self.plan.fine:
+                        size = min(size * 2, CHECKED_BATCH)
+                    continue
+                self.caches.pop(pipeline.name, None)  # it may hold the dropped effects
+                if len(chunk) > 1:
+                    size = max(1, len(chunk) // 4)
+                    continue
+                self.plan.blame(chunk[0], why)
+                found.append(chunk[0])
+                at += 1
+        if found:  # one line per pass, not per record: a value at its limit refuses many
+            first = found[0]
+            logger.warning(
+                "%s: %d records go to their dead-letter topics, %s[%d]@%d first: %s",
+                pipeline.name,
+                len(found),
+                first.topic,
+                first.partition,
+                first.offset,
+                self.plan.culprits[record_id(first)][1],
+            )
+        return found
+
+    def _processed(self, pipeline: Pipeline, batch: Batch) -> bool:
+        """Run the pipeline on a batch; False when it raises (its effects are dropped)."""
+        try:
+            pipeline.process(batch)
+        except Exception:
+            self.caches.pop(pipeline.name, None)
+            return False
+        return True
+
+    def _keep_chunk(
+        self, pipeline: Pipeline, batch: Batch, chunk: Sequence[SourceRecord], work: _Work
+    ) -> None:
+        if len(chunk) == 1:
+            self._keep_one(pipeline, batch, chunk[0], work)
+            return
+        at_ms = max(record.timestamp for record in chunk)
+        self._keep(batch, work, None)
+        work.produced.extend(Produced(out, at_ms, pipeline.name, None) for out in batch.outputs)
+
+    def _process_one(
+        self, pipeline: Pipeline, batch: Batch, record: SourceRecord, work: _Work
+    ) -> bool:
+        """Run the pipeline on a batch of one record; False (and a dead letter) when it
+        raises."""
+        try:
+            pipeline.process(batch)
+        except Exception as exc:
+            self.caches.pop(pipeline.name, None)
+            reason = f"processing failed: {type(exc).__name__}: {exc}"
+            logger.error(
+                "%s: %s[%d]@%d: %s",
+                pipeline.name,
+                record.topic,
+                record.partition,
+                record.offset,
+                reason,
+            )
+            letter = dead_letter_record(record, reason[:1000])
+            work.produced.append(Produced(letter, record.timestamp, pipeline.name, record))
+            work.dead_letters[record.topic] += 1
+            work.failed[pipeline.name] += 1
+            return False
+        return True
+
+    def _record_refusal(self, batch: Batch, now_ms: int) -> str | None:
+        """Why Kafka would refuse one record's effects: its outputs, and its writes to the
+        keys whose changelog records were refused (None: it would take them)."""
+        for out in batch.outputs:
+            if self._is_dead_letter(out):
+                continue
+            topic = out.topic
+            why = refusal(
+                topic,
+                out.key,
+                out.value,
+                out.headers,
+                out.timestamp_ms,
+                self.limits.of(topic),
+                now_ms,
+                self.limits.max_bytes(topic),
+            )
+            if why is not None:
+                return why
+        for name, view in batch.tables.items():
+            watched = self.plan.watch.get(name)
+            if not watched:
+                continue
+            topic = self.tables[name].changelog_topic
+            for key, raw in view.encoded(watched):
+                why = refusal(
+                    topic,
+                    key,
+                    raw,
+                    None,
+                    None,
+                    self.limits.of(topic),
+                    now_ms,
+                    self.limits.max_bytes(topic),
+                )
+                if why is not None:
+                    return f"{why} (table {name}, key {key!r})"
+        return None
 
     def _batch(
         self,
@@ -385,57 +699,158 @@ class Task:
             tables[name] = TableView(name, store, ordered=name in self._ordered)
         return Batch(pipeline.name, self.partition, records, tables, cache, self.parses)
 
-    def _keep(self, batch: Batch) -> None:
-        for view in batch.tables.values():
-            if view.parent is not None:  # a lookup's view has nothing to take in
-                view.merge_into_parent()
-        self.figures.events[batch.pipeline] += sum(len(rs) for rs in batch.records.values())
+    def _keep_one(
+        self, pipeline: Pipeline, batch: Batch, record: SourceRecord, work: _Work
+    ) -> None:
+        self._keep(batch, work, record)
+        work.produced.extend(
+            Produced(out, record.timestamp, pipeline.name, record) for out in batch.outputs
+        )
+
+    def _keep(self, batch: Batch, work: _Work, record: SourceRecord | None) -> None:
+        made = work.provenance
+        for name, view in batch.tables.items():
+            if view.parent is None:  # a lookup's view has nothing to take in
+                continue
+            if len(view):
+                made.table_writers.setdefault(name, set()).add(batch.pipeline)
+                for key in view.written():  # the last writer, when it is one record
+                    if record is not None:
+                        made.writers[(name, key)] = record
+                    else:
+                        made.writers.pop((name, key), None)
+            view.merge_into_parent()
+        work.events[batch.pipeline] += sum(len(rs) for rs in batch.records.values())
         if batch.counts:
-            self.figures.steps.update(batch.counts)
+            work.steps.update(batch.counts)
         for topic, n in batch.dead_lettered.items():
-            self.figures.dead_letters[topic] += n
+            work.dead_letters[topic] += n
+
+    def _is_dead_letter(self, out: Output) -> bool:
+        return out.topic in self._dead_letter_topics and any(
+            name == ERROR_HEADER for name, _ in out.headers or ()
+        )
+
+    def _finish(
+        self,
+        records: dict[str, Sequence[SourceRecord]],
+        views: Mapping[str, TableView],
+        fed: set[str],
+        work: _Work,
+        offsets: Mapping[TP, int],
+        now_ms: int,
+    ) -> Cycle:
+        """The cycle's changelog records and outputs, stamped and checked."""
+        cycle_ids = {record_id(r) for rs in records.values() for r in rs}
+        for rid, (culprit, reason) in self.plan.culprits.items():
+            if rid in cycle_ids:
+                letter = dead_letter_record(culprit, reason[:1000])
+                work.produced.append(Produced(letter, culprit.timestamp, None, culprit))
+                work.dead_letters[culprit.topic] += 1
+                work.refused[(culprit.topic, error_name(reason))] += 1
+        refusals: list[Refused] = []
+        changes: dict[str, dict[bytes, bytes | None]] = {}
+        state: list[Output] = []
+        for name, view in views.items():
+            if not (len(view) or name in fed):
+                continue
+            items = changes[name] = view.changes()
+            items[POSITION_KEY] = self._position(name, offsets)
+            topic = self.tables[name].changelog_topic
+            limits, max_bytes = self.limits.of(topic), self.limits.max_bytes(topic)
+            for key, value in items.items():
+                record = Output(topic, key, value, self.partition)
+                why = refusal(topic, key, value, None, None, limits, now_ms, max_bytes)
+                if why is not None:
+                    refusals.append(
+                        Refused(f"{why} (table {name}, key {key!r})", table=name, key=key)
+                    )
+                state.append(record)
+                work.provenance.logged[id(record)] = (name, key)
+        landed = Counter(self.landed)
+        outputs = [self._stamped(p, work, refusals, now_ms, landed) for p in work.produced]
+        return Cycle([o for o in outputs if o is not None], state, changes, refusals, work)
+
+    def _stamped(
+        self,
+        produced: Produced,
+        work: _Work,
+        refusals: list[Refused],
+        now_ms: int,
+        landed: Counter[tuple[Any, ...]],
+    ) -> Output | None:
+        """The output as it is sent (timed, a dead letter made to fit), or None when its
+        topic would refuse it or Kafka holds it from a failed attempt at the cycle."""
+        out, topic = produced.output, produced.output.topic
+        limits, max_bytes = self.limits.of(topic), self.limits.max_bytes(topic)
+        if self._is_dead_letter(out):
+            out = fit_dead_letter(out, max_bytes)
+        if landed and landed[_identity(out)] > 0:
+            landed[_identity(out)] -= 1
+            return None
+        if out.timestamp_ms is None:
+            out = out._replace(timestamp_ms=stamp(produced.at_ms, limits, now_ms))
+        why = refusal(
+            topic, out.key, out.value, out.headers, out.timestamp_ms, limits, now_ms, max_bytes
+        )
+        if why is not None:
+            refusals.append(Refused(why, produced.pipeline, source=produced.source))
+            return None
+        work.provenance.made[id(out)] = produced
+        return out
 
     # -- taking effect ----------------------------------------------------------------
 
-    async def commit(
-        self,
-        views: Mapping[str, TableView],
-        fed: set[str],
-        outputs: list[Output],
-        offsets: Mapping[TP, int],
-    ) -> None:
-        """Make one cycle take effect: Kafka first (changelogs, outputs, offsets as one
-        unit), then the local stores, then the checkpoint."""
-        self.checkpoint.update(offsets)
-        changes: dict[str, dict[bytes, bytes | None]] = {}
-        for name, view in views.items():
-            if len(view) or name in fed:
-                table_changes = view.changes()
-                table_changes[POSITION_KEY] = self._position(name)
-                changes[name] = table_changes
-        records: list[Output] = []
-        for name, items in changes.items():
-            topic, partition = self.tables[name].changelog_topic, self.partition
-            records += [Output(topic, key, value, partition) for key, value in items.items()]
+    async def _take_effect(self, cycle: Cycle, offsets: Mapping[TP, int]) -> None:
+        """Kafka first (changelogs, outputs, offsets as one unit), then the local stores,
+        then the checkpoint."""
+        self.provenance = cycle.work.provenance
+        plan = SendPlan(frozenset(self.plan.isolate), self.limits.max_bytes)
+        self.waiting = True
         try:
-            written = await self.delivery.send(outputs, offsets, state=records)
+            written = await self.delivery.send(cycle.outputs, offsets, state=cycle.state, plan=plan)
+        except Undelivered as undelivered:
+            made = cycle.work.provenance.made
+            self.landed.update(_identity(out) for out in undelivered.kept if id(out) in made)
+            raise CycleFailed(self.partition, undelivered) from undelivered
         except Exception as exc:
             raise EngineFailure(
                 f"task {self.partition}: Kafka did not take the batch: {exc!r}"
             ) from exc
+        finally:
+            self.waiting = False
+        self._dirty = False
+        self.checkpoint.update(offsets)
+        self._count(cycle.work)
         try:
-            for name, items in changes.items():
+            for name, items in cycle.changes.items():
                 store = self.tables[name]
                 offset = written.get(TP(store.changelog_topic, self.partition))
                 store.apply(self.partition, items, offset)
         except Exception as exc:
             raise StoreFailure(f"task {self.partition}: the store failed: {exc!r}") from exc
-        for name, items in changes.items():
+        for name, items in cycle.changes.items():
             for listener in self.listeners:
                 try:
                     listener(name, self.partition, items)
                 except Exception:  # a listener must not stop the engine
                     logger.exception("a listener failed on %s[%d]", name, self.partition)
+
+    def _count(self, work: _Work) -> None:
+        figures = self.figures
+        figures.events.update(work.events)
+        figures.dead_letters.update(work.dead_letters)
+        figures.failed_records.update(work.failed)
+        figures.refused_records.update(work.refused)
+        figures.steps.update(work.steps)
+
+    def learn(self, failure: EngineFailure) -> tuple[bool, frozenset[str]]:
+        """Whether the failed cycle is worth another attempt at once, and the topics
+        whose rules to read again first."""
+        if not isinstance(failure, CycleFailed):
+            return False, frozenset()
+        lesson = learn_failure(self.plan, failure.undelivered, self.provenance)
+        return lesson.retry, lesson.topics
 
 
 class Engine:
@@ -464,8 +879,17 @@ class Engine:
         written |= {name for p in pipelines for name in p.lookups}
         if missing := written - set(tables):
             raise ValueError(f"pipelines write undeclared tables: {sorted(missing)}")
+        #: every topic the engine sends to
+        self.sends = frozenset(
+            {t for p in pipelines for t in p.produces}
+            | {dlq_topic(t) for t in self.topics}
+            | {store.changelog_topic for store in self.tables.values()}
+        )
         self.tasks: dict[int, Task] = {}
         self.figures = Figures()
+        self.limits = Limits()
+        #: partitions whose last cycle failed, until one succeeds
+        self.stalls: dict[int, Stall] = {}
         #: why the engine stopped for good (a store failed), or None
         self.failure: str | None = None
         self._lock = asyncio.Lock()
@@ -495,8 +919,10 @@ class Engine:
 
         ``settled`` is False when the group is rebalancing or the fetch belongs to an
         earlier generation: the tasks close, and start again from the committed offsets
-        once the records come back. A Kafka failure under the cycle does the same before
-        it is raised; a store failure is raised as it is (nothing more is processed)."""
+        once the records come back. A task whose cycle fails closes and pauses on its
+        own (:meth:`process`); a failure to commit the group's offsets closes every task
+        before it is raised; a store failure is raised as it is (nothing more is
+        processed)."""
         if not settled:
             await self.revoke()
             await self.refetch(fetched)
@@ -546,24 +972,21 @@ class Engine:
                     by_partition.setdefault(tp.partition, {})[tp] = ()
             runs = []
             for partition, fetched_here in sorted(by_partition.items()):
+                stall = self.stalls.get(partition)
+                if stall is not None and not stall.due(started):
+                    await self._hold(stall, fetched_here)
+                    continue
                 task = self.tasks.get(partition)
                 if task is None:
-                    await self._start(partition, fetched_here)
+                    try:
+                        await self._start(partition, fetched_here)
+                    except EngineFailure as exc:
+                        await self._stall(partition, fetched_here, exc, None)
                     continue
                 runs.append((task, fetched_here))
             if not runs:
                 return
-            results = await asyncio.gather(
-                *(task.run(fetched_here, moved) for task, fetched_here in runs),
-                return_exceptions=True,
-            )
-            errors = [r for r in results if isinstance(r, BaseException)]
-            if errors:
-                raise errors[0]
-            committed: dict[TP, int] = {}
-            for result in results:
-                assert isinstance(result, dict)
-                committed.update(result)
+            committed = await self._run(runs, moved)
             if committed and not self.exactly_once:
                 try:
                     await self.connector.commit(committed)
@@ -571,6 +994,163 @@ class Engine:
                     raise EngineFailure(f"the offsets were not committed: {exc!r}") from exc
             self.figures.cycles += 1
             self.figures.cycle_seconds += time.monotonic() - started
+
+    async def _run(
+        self,
+        runs: Sequence[tuple[Task, Mapping[TP, Sequence[SourceRecord]]]],
+        moved: Mapping[TP, int],
+    ) -> dict[TP, int]:
+        """Run the tasks' cycles; a task whose records Kafka refused tries again at once
+        with what it learned (a new producer, the topics' rules read again), up to
+        :data:`MAX_ROUNDS` attempts; a task that still fails stalls."""
+        committed: dict[TP, int] = {}
+        for round_ in range(MAX_ROUNDS):
+            results = await asyncio.gather(
+                *(task.run(fetched, moved) for task, fetched in runs), return_exceptions=True
+            )
+            again, reread = [], set[str]()
+            for (task, fetched), result in zip(runs, results, strict=True):
+                if isinstance(result, dict):
+                    committed.update(result)
+                    self._moving(task.partition)
+                    continue
+                if not isinstance(result, EngineFailure) or isinstance(result, StoreFailure):
+                    raise result
+                retry, topics = task.learn(result)
+                if retry and round_ + 1 < MAX_ROUNDS:
+                    again.append((task, fetched))
+                    reread |= topics
+                    logger.info("%s; the task tries again with what Kafka said", result)
+                else:
+                    await self._stall(task.partition, fetched, result, task)
+            if not again:
+                break
+            if reread:
+                await self._read_limits(reread)
+            for task, fetched in list(again):
+                try:
+                    await task.delivery.reset()
+                except Exception as exc:  # Kafka unreachable: the backoff takes over
+                    again.remove((task, fetched))
+                    failure = EngineFailure(
+                        f"task {task.partition}: its producer could not be replaced: {exc!r}"
+                    )
+                    await self._stall(task.partition, fetched, failure, task)
+            self.figures.retries["refusal"] += len(again)
+            runs = again
+        return committed
+
+    # -- stalls -------------------------------------------------------------------------
+
+    async def _stall(
+        self,
+        partition: int,
+        fetched: Mapping[TP, Sequence[SourceRecord]],
+        failure: EngineFailure,
+        task: Task | None,
+    ) -> None:
+        """Close the task of a failed cycle, pause its partitions and schedule its next
+        attempt (the records it fetched are fetched again then)."""
+        stall = self.stalls.get(partition)
+        # Where it is stuck: the next offset to apply, or the first record fetched for a
+        # partition with nothing committed yet.
+        inputs: dict[tuple[str, int], int | None] = {
+            (tp.topic, tp.partition): records[0].offset
+            for tp, records in fetched.items()
+            if records
+        }
+        if task is not None:
+            for tp, offset in task.checkpoint.next.items():
+                if offset is not None or (tp.topic, tp.partition) not in inputs:
+                    inputs[(tp.topic, tp.partition)] = offset
+        if stall is None:
+            stall = self.stalls[partition] = Stall(partition, "", "", inputs)
+        stall.inputs = inputs
+        if task is not None:
+            self.tasks.pop(partition, None)
+            stall.plan = task.plan
+            stall.failed = (
+                {f.tp for f in failure.undelivered.failures}
+                if isinstance(failure, CycleFailed)
+                else set()
+            )
+            try:
+                await task.delivery.close()
+            except Exception:  # its next start replaces (and fences) the producer anyway
+                logger.warning("task %d: its producer did not close", partition, exc_info=True)
+        cause = failure.__cause__ if failure.__cause__ is not None else failure
+        wait = stall.failed_again(str(failure), type(cause).__name__, time.monotonic())
+        self.figures.retries["backoff"] += 1
+        logger.warning(
+            "%s; partition %d pauses and tries again in %.0f s (attempt %d failed; stuck at %s)",
+            failure,
+            partition,
+            wait,
+            stall.attempts,
+            ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(inputs.items())) or "its start",
+        )
+        await self._hold(stall, fetched)
+
+    async def _hold(self, stall: Stall, fetched: Mapping[TP, Sequence[SourceRecord]]) -> None:
+        """Keep a stalled partition's records for its next attempt."""
+        tps = self.connector.assigned(stall.partition, self.topics)
+        self.connector.pause(tps)
+        stall.paused = True
+        await self.refetch(fetched)
+
+    def _moving(self, partition: int) -> None:
+        stall = self.stalls.pop(partition, None)
+        if stall is not None:
+            logger.info(
+                "partition %d moves again after %d failed attempts in %.1f s",
+                partition,
+                stall.attempts,
+                time.monotonic() - stall.since,
+            )
+
+    async def tick(self) -> None:
+        """Resume the stalled partitions whose next attempt is due (the fetch loop calls
+        this at least once a second)."""
+        if not self.stalls:
+            return
+        async with self._lock:
+            now = time.monotonic()
+            for partition, stall in list(self.stalls.items()):
+                tps = self.connector.assigned(partition, self.topics)
+                if not tps and partition not in self.tasks:
+                    del self.stalls[partition]  # no longer this worker's
+                    continue
+                if stall.paused and stall.due(now):
+                    self.connector.resume(tps)
+                    stall.paused = False
+
+    def stalled(self) -> list[dict[str, Any]]:
+        """The partitions that cannot advance: their last cycle failed, or their cycle has
+        been in flight for :data:`~tables.stalls.SLOW_CYCLE_S` or more."""
+        now = time.monotonic()
+        found = [
+            stall.report(now)
+            for partition, stall in sorted(self.stalls.items())
+            if self.connector.assigned(partition, self.topics)
+        ]
+        for partition, task in sorted(self.tasks.items()):
+            busy = task.busy_since
+            if busy is not None and now - busy >= SLOW_CYCLE_S and partition not in self.stalls:
+                found.append(slow_report(partition, task.busy_at, now - busy, task.waiting))
+        return found
+
+    # -- tasks --------------------------------------------------------------------------
+
+    async def _read_limits(self, topics: Iterable[str]) -> None:
+        """Read the rules of ``topics`` from Kafka; Kafka's defaults stay for the topics it
+        does not describe."""
+        try:
+            found = await self.connector.limits(sorted(topics))
+        except Exception as exc:  # the broker answers later: the defaults hold meanwhile
+            logger.warning("the topics' limits could not be read: %r", exc)
+            return
+        self.limits.topics.update(found)
+        self.limits.read = True
 
     async def _start(self, partition: int, fetched: Mapping[TP, Sequence[SourceRecord]]) -> None:
         """Set up the task of a partition this worker now holds; what was fetched for it
@@ -582,6 +1162,8 @@ class Engine:
             await self.refetch(fetched)
             return
         await self.connector.prepare()
+        if not self.limits.read:
+            await self._read_limits(self.sends)
         delivery = self.connector.delivery(partition)
         try:
             await delivery.open()
@@ -603,11 +1185,15 @@ class Engine:
             lineage=self.lineage,
             partitions=self.partitions,
             listeners=self.listeners,
+            limits=self.limits,
         )
         task.load_positions()
         task.checkpoint.update({tp: o for tp, o in committed.items() if o is not None})
         for tp, offset in committed.items():
             task.checkpoint.next.setdefault(tp, offset)
+        stall = self.stalls.get(partition)
+        if stall is not None:
+            task.plan = stall.plan
         self.tasks[partition] = task
         logger.info(
             "task %d started at %s",

@@ -56,12 +56,15 @@ from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Fetcher
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import tuples as faust_tuples
 from mode import Service
 from rocksdict import WriteBatch
 
+from core.admin import topic_configs
 from core.topics import POSITION_KEY
-from tables.delivery import SharedDelivery, TransactionalDelivery
+from tables.delivery import SharedDelivery, SharedProducer, TransactionalDelivery
 from tables.engine import TP, Delivery, Engine, EngineFailure, StoreFailure
+from tables.limits import TopicLimits, topic_limits
 from tables.restore import RestoreStats, bulk_plan
 
 logger = logging.getLogger(__name__)
@@ -360,7 +363,8 @@ async def remove_static_members(
 
 # -- the fetch loop ----------------------------------------------------------------------
 
-#: After Kafka failed under a cycle, the tasks start again this many seconds later.
+#: After the group's offsets could not be committed, the tasks start again this many
+#: seconds later (a task whose own cycle fails backs off by itself: tables/stalls.py).
 KAFKA_RETRY_S = 1.0
 #: At a stop, how long the cycle in flight may take to commit before it is cut short.
 STOP_WAIT_S = 5.0
@@ -390,6 +394,7 @@ async def _drain(app: Any, fetcher: Service) -> None:
                 records, _active = await consumer._wait_next_records(1.0)
             except ConsumerStoppedError:
                 return
+            await engine.tick()
             if not records or consumer.should_stop:
                 continue
             marks = consumer._thread.fetched_marks
@@ -469,13 +474,13 @@ class FaustConnector:
         self._prepare = prepare
         self._changelogs: list[str] = []
         self._not_copartitioned: set[int] = set()
-        self._shared: SharedDelivery | None = None
+        self._shared: SharedProducer | None = None
 
     def watch_tables(self, changelog_topics: Sequence[str]) -> None:
         self._changelogs = list(changelog_topics)
 
-    def set_shared(self, delivery: SharedDelivery) -> None:
-        self._shared = delivery
+    def set_shared(self, shared: SharedProducer) -> None:
+        self._shared = shared
 
     def ready(self, partition: int) -> bool:
         app = self.app
@@ -513,7 +518,7 @@ class FaustConnector:
                 self.bootstrap, f"{self.app.conf.id}-task-{partition}", self.app.conf.id
             )
         assert self._shared is not None, "the shared producer is not started"
-        return self._shared
+        return SharedDelivery(self._shared)
 
     async def committed(self, tps: Sequence[TP]) -> dict[TP, int | None]:
         consumer = aiokafka_consumer(self.app)
@@ -562,6 +567,20 @@ class FaustConnector:
         if self._prepare is not None:
             await self._prepare()
 
+    def pause(self, tps: Sequence[TP]) -> None:
+        # faust's own pause: the consumer still fetches the partitions (a seek resets
+        # what it holds of them) but hands out none of their records.
+        self.app.consumer.pause_partitions([faust_tuples.TP(*tp) for tp in tps])
+
+    def resume(self, tps: Sequence[TP]) -> None:
+        # faust adds these to its active partitions as they are, and asserts later that
+        # they are its own TP type.
+        self.app.consumer.resume_partitions([faust_tuples.TP(*tp) for tp in tps])
+
+    async def limits(self, topics: Sequence[str]) -> dict[str, TopicLimits]:
+        found = await topic_configs(self.bootstrap, list(topics))
+        return {topic: topic_limits(config, {}) for topic, config in found.items()}
+
 
 class EngineService(Service):
     """Starts the engine's shared producer (at_least_once) and closes its tasks at stop."""
@@ -569,24 +588,20 @@ class EngineService(Service):
     def __init__(self, engine: Engine, connector: FaustConnector, **kwargs: Any) -> None:
         self.engine = engine
         self.connector = connector
-        self._producer: Any = None
+        self._shared: SharedProducer | None = None
         super().__init__(**kwargs)
 
     async def on_start(self) -> None:
         if not self.connector.exactly_once:
-            from aiokafka import AIOKafkaProducer
-
-            from tables.delivery import producer_options
-
-            self._producer = AIOKafkaProducer(**producer_options(self.connector.bootstrap))
-            await self._producer.start()
-            self.connector.set_shared(SharedDelivery(self._producer))
+            self._shared = SharedProducer(self.connector.bootstrap)
+            await self._shared.start()
+            self.connector.set_shared(self._shared)
 
     async def on_stop(self) -> None:
         await self.engine.revoke()
-        if self._producer is not None:
-            await self._producer.stop()
-            self._producer = None
+        if self._shared is not None:
+            await self._shared.stop()
+            self._shared = None
 
 
 class StandbyFlusher(Service):

@@ -184,6 +184,18 @@ class TableView:
         parent._pending.update(self._pending)
         self._pending.clear()
 
+    def written(self) -> list[bytes]:
+        """The keys this view itself wrote (not its parents)."""
+        return list(self._pending)
+
+    def encoded(self, keys: Iterable[bytes]) -> Iterator[tuple[bytes, bytes | None]]:
+        """The values this view itself wrote under ``keys``, encoded (None deletes)."""
+        pending = self._pending
+        for key in keys:
+            value = pending.get(key)
+            if value is not None:
+                yield key, None if value is DELETED else encode(value)
+
     def changes(self) -> dict[bytes, bytes | None]:
         """The batch's writes, encoded (None deletes)."""
         assert self.parent is None, "changes() of a child view"

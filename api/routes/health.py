@@ -14,6 +14,10 @@ from tables.faust_adapter import recovery_progress
 
 router = APIRouter(tags=["health"])
 
+#: A partition that has not advanced this long makes /ready answer 503 ``stalled``
+#: (a shorter stall, a failed attempt that the next one mends, is listed only).
+STALLED_NOT_READY_S = 10.0
+
 
 @router.get("/health")
 async def health() -> dict[str, str]:
@@ -32,26 +36,33 @@ def restore_progress(worker: Any) -> dict[str, Any]:
     responses={
         503: {
             "model": Readiness,
-            "description": "recovering, not yet assigned, no broker, or failed (a store "
-            "failed: the worker processes nothing until it is restarted)",
+            "description": "recovering, not yet assigned, no broker, failed (a store "
+            "failed: the worker processes nothing until it is restarted), or stalled (a "
+            "partition has not advanced for 10 s: its cycle keeps failing)",
         }
     },
 )
 async def ready(worker: Worker) -> JSONResponse:
     """200 once the worker holds an assignment and its active partitions are recovered;
-    else 503 with each active partition's restore progress."""
+    else 503 with each active partition's restore progress. ``stalled`` lists the
+    partitions whose cycle failed, waits on Kafka or has been applying its records for
+    10 s (reason, input offsets, attempts); one that failed or waits for
+    :data:`STALLED_NOT_READY_S` or more makes the answer 503 ``stalled``."""
     try:
         assignment = worker.assignor.assigned_actives()
     except Exception:  # no assignment before the first rebalance
         assignment = set()
     progress = restore_progress(worker)
-    failure = worker.wiring.engine.failure
+    engine = worker.wiring.engine
+    stalled = engine.stalled()
+    failure = engine.failure
     if failure is not None:
         return JSONResponse(
             {
                 "status": "failed",
                 "assigned": len(assignment),
                 "detail": f"{failure}; restart the worker once the cause is mended",
+                "stalled": stalled,
             },
             status_code=503,
         )
@@ -62,14 +73,38 @@ async def ready(worker: Worker) -> JSONResponse:
                 "assigned": len(assignment),
                 "detail": "no live connection to any Kafka broker of "
                 + worker.settings.bootstrap_servers,
+                "stalled": stalled,
             },
             status_code=503,
             headers={"Retry-After": "2"},
         )
     if worker.rebalancing or not assignment or progress["remaining_total"]:
         return JSONResponse(
-            {"status": "recovering", "assigned": len(assignment), "progress": progress},
+            {
+                "status": "recovering",
+                "assigned": len(assignment),
+                "progress": progress,
+                "stalled": stalled,
+            },
             status_code=503,
             headers={"Retry-After": "1"},
         )
-    return JSONResponse({"status": "ready", "assigned": len(assignment), "progress": progress})
+    # A cycle still applying its records (Busy) advances, however slowly: listed only.
+    stuck = [s for s in stalled if s["stalled_s"] >= STALLED_NOT_READY_S and s["error"] != "Busy"]
+    if stuck:
+        first = stuck[0]
+        return JSONResponse(
+            {
+                "status": "stalled",
+                "assigned": len(assignment),
+                "progress": progress,
+                "detail": f"partition {first['partition']} has not advanced for "
+                f"{first['stalled_s']:.0f} s, stuck at {first['inputs']}: {first['reason']}",
+                "stalled": stalled,
+            },
+            status_code=503,
+            headers={"Retry-After": str(max(1, round(first["retry_in_s"])))},
+        )
+    return JSONResponse(
+        {"status": "ready", "assigned": len(assignment), "progress": progress, "stalled": stalled}
+    )

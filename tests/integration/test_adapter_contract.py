@@ -82,6 +82,9 @@ def _parameters(function: Any) -> list[str]:
         (Consumer, "_wait_next_records", ["self", "timeout"]),
         (Consumer, "_to_message", ["self", "tp", "record"]),
         (Consumer, "assignment", ["self"]),
+        (Consumer, "pause_partitions", ["self", "tps"]),
+        (Consumer, "resume_partitions", ["self", "tps"]),
+        (Consumer, "_get_active_partitions", ["self"]),
         (faust_aiokafka.Consumer, "_new_consumer_thread", ["self"]),
         (faust_aiokafka.AIOKafkaConsumerThread, "_create_worker_consumer", ["self", "transport"]),
         (faust_aiokafka.AIOKafkaConsumerThread, "call_thread", None),
@@ -265,6 +268,24 @@ def test_the_changelog_queue_keeps_its_records_when_the_flow_resumes() -> None:
     app.flow_control.suspend()
     app.flow_control.resume()
     assert queue.qsize() == 1
+
+
+def test_a_paused_partition_leaves_the_consumers_active_ones_and_comes_back_as_fausts_tp() -> None:
+    """The engine pauses a stalled task's partitions through faust's consumer; faust keeps
+    what it is given to resume as it is, and asserts later that it holds its own TPs."""
+    from app.main import create_app
+    from core.settings import Settings
+    from tables import engine
+
+    app = create_app(Settings())
+    consumer, connector = app.consumer, app.wiring.connector
+    consumer._set_active_tps({TP("item-events", 3), TP("item-events", 4)})
+    connector.pause([engine.TP("item-events", 3)])
+    assert consumer._get_active_partitions() == {TP("item-events", 4)}
+    connector.resume([engine.TP("item-events", 3)])
+    active = consumer._get_active_partitions()
+    assert active == {TP("item-events", 3), TP("item-events", 4)}
+    assert all(type(tp) is TP for tp in active)
 
 
 def test_a_static_member_is_removed_from_its_group_on_its_behalf(kafka: LocalKafka) -> None:

@@ -4,6 +4,7 @@ producer records it): the outputs are acknowledged before any changelog record i
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 from tables.delivery import SharedDelivery
@@ -46,7 +47,8 @@ class Producer:
 
 def test_changelog_records_are_sent_only_once_kafka_holds_the_outputs() -> None:
     producer = Producer()
-    delivery = SharedDelivery(producer)  # type: ignore[arg-type]
+    shared = SimpleNamespace(producer=producer, generation=1)
+    delivery = SharedDelivery(shared)  # type: ignore[arg-type]
     outputs = [Output("settled-sales", b"store-1", b"{}", 0)]
     state = [Output("streamstate-settling_buffer-changelog", b"s1", b"{}", 0)]
 

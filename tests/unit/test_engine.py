@@ -9,6 +9,7 @@ the log must give the same tables as a run without failures.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,59 +27,181 @@ from core.topics import POSITION_KEY, dlq_topic
 from streams.compile import compile_topology, repartition_topic
 from streams.corrections import corrections_pipeline
 from streams.loading import load
-from tables.engine import TP, Engine, EngineFailure, StoreFailure
+from tables.engine import TP, Engine, StoreFailure
 from tables.faust_adapter import StandbyFlusher
+from tables.limits import BATCH_HEADER_BYTES, TopicLimits, record_batch_bytes
 from tables.pipeline import ERROR_HEADER, Batch, Context, Output, Pipeline, Record, TableSpec
 from tables.positions import Lineage, Position, encode_offsets
+from tables.refusals import Failure, SendPlan, Undelivered
+from tests.support.clock import Clock
 
 PARTITIONS = 2
 REPARTITION_TOPIC = repartition_topic("streamstate", WORD_COUNTS)
 
 
+class MessageSizeTooLargeError(Exception):
+    """As aiokafka names Kafka's refusal of a record batch larger than its topic takes."""
+
+
+class InvalidTimestampError(Exception):
+    """Kafka's refusal of a timestamp out of its topic's range."""
+
+
+class UnknownError(Exception):
+    """What aiokafka raises for Kafka's INVALID_RECORD (a compacted topic, no key)."""
+
+
+class OutOfOrderSequenceNumber(Exception):
+    """Kafka's answer to every batch a producer sends to a partition after a refused one."""
+
+
 @dataclass
 class Log:
-    """Topic partitions of records and one group's committed offsets."""
+    """Topic partitions of records and one group's committed offsets; ``rules`` are the
+    topics' limits the log enforces on each record batch, as a broker does."""
 
     records: dict[TP, list[Record]] = field(default_factory=dict)
     committed: dict[TP, int] = field(default_factory=dict)
+    rules: dict[str, TopicLimits] = field(default_factory=dict)
 
-    def append(self, tp: TP, key: bytes | None, value: bytes | None, headers: object = ()) -> int:
+    def append(
+        self,
+        tp: TP,
+        key: bytes | None,
+        value: bytes | None,
+        headers: object = (),
+        timestamp: int | None = 0,
+    ) -> int:
         records = self.records.setdefault(tp, [])
         offset = len(records)
         hdrs = tuple(headers or ())
-        records.append(Record(tp.topic, tp.partition, offset, key, value, 0, hdrs))
+        at = int(time.time() * 1000) if timestamp is None else timestamp
+        records.append(Record(tp.topic, tp.partition, offset, key, value, at, hdrs))
         return offset
 
     def topic(self, topic: str) -> list[Record]:
         return [r for tp, rs in sorted(self.records.items()) if tp.topic == topic for r in rs]
 
+    def refuses(self, topic: str, batch: Sequence[Output]) -> Exception | None:
+        """What a broker answers to this record batch (None: it takes it)."""
+        rules = self.rules.get(topic)
+        if rules is None:
+            return None
+        size = BATCH_HEADER_BYTES + sum(
+            record_batch_bytes(o.key, o.value, o.headers) - BATCH_HEADER_BYTES for o in batch
+        )
+        if size > rules.max_message_bytes:
+            return MessageSizeTooLargeError(f"{size} bytes")
+        now = int(time.time() * 1000)
+        for out in batch:
+            if out.key is None and rules.compacted:
+                return UnknownError("compacted topic, no key")
+            if out.timestamp_ms is not None and rules.time_refusal(out.timestamp_ms, now):
+                return InvalidTimestampError(str(out.timestamp_ms))
+        return None
+
+
+def _batches(outputs: Sequence[Output], plan: SendPlan | None) -> list[tuple[TP, list[Output]]]:
+    """Record batches as the real delivery makes them: per partition, in order, one record
+    each for isolated partitions, no larger than the plan's size per topic."""
+    grouped: dict[TP, list[Output]] = {}
+    for out in outputs:
+        tp = TP(out.topic, out.partition if out.partition is not None else 0)
+        grouped.setdefault(tp, []).append(out)
+    found = []
+    for tp, records in grouped.items():
+        alone = plan is not None and (tp.topic, tp.partition) in plan.isolate
+        limit = plan.batch_bytes(tp.topic) if plan and plan.batch_bytes else 1 << 30
+        batch: list[Output] = []
+        size = BATCH_HEADER_BYTES
+        for out in records:
+            grow = record_batch_bytes(out.key, out.value, out.headers) - BATCH_HEADER_BYTES
+            if batch and (alone or size + grow > limit):
+                found.append((tp, batch))
+                batch, size = [], BATCH_HEADER_BYTES
+            batch.append(out)
+            size += grow
+        if batch:
+            found.append((tp, batch))
+    return found
+
 
 @dataclass
 class LogDelivery:
+    """A producer on the log. Like aiokafka's, it cannot send to a partition again after a
+    refused batch there (``broken``) until it is replaced (:meth:`reset`)."""
+
     log: Log
     exactly_once: bool
     fail: list[bool]
     opened: int = 0
+    broken: set[TP] = field(default_factory=set)
+    resets: int = 0
 
     async def open(self) -> None:
         self.opened += 1
 
     async def send(
-        self, outputs: Sequence[Output], offsets: Mapping[TP, int], state: Sequence[Output] = ()
+        self,
+        outputs: Sequence[Output],
+        offsets: Mapping[TP, int],
+        state: Sequence[Output] = (),
+        plan: SendPlan | None = None,
     ) -> dict[TP, int]:
         if self.fail and self.fail[0]:
             raise ConnectionError("the broker went away")
         written: dict[TP, int] = {}
-        # As Kafka gets them: one transaction, or the outputs before the changelogs.
-        for out in [*state, *outputs] if self.exactly_once else [*outputs, *state]:
-            tp = TP(out.topic, out.partition if out.partition is not None else 0)
-            written[tp] = self.log.append(tp, out.key, out.value, out.headers)
-        if self.exactly_once:
+        if self.exactly_once:  # one transaction: all or nothing
+            self._deliver([*state, *outputs], plan, written, atomic=True)
             self.log.committed.update(offsets)
+        else:  # the outputs, then the changelogs
+            self._deliver(outputs, plan, written, atomic=False)
+            try:
+                self._deliver(state, plan, written, atomic=False)
+            except Undelivered as undelivered:
+                undelivered.kept = [*outputs, *undelivered.kept]
+                raise
         return written
 
+    def _deliver(
+        self,
+        records: Sequence[Output],
+        plan: SendPlan | None,
+        written: dict[TP, int],
+        *,
+        atomic: bool,
+    ) -> None:
+        batches = _batches(records, plan)
+        failures, taken = [], []
+        for tp, batch in batches:
+            error = (
+                OutOfOrderSequenceNumber()
+                if tp in self.broken
+                else self.log.refuses(tp.topic, batch)
+            )
+            if error is None:
+                taken.append((tp, batch))
+                continue
+            self.broken.add(tp)
+            failures.append(Failure((tp.topic, tp.partition), error, batch))
+        if not (atomic and failures):
+            for tp, batch in taken:
+                for out in batch:
+                    written[tp] = self.log.append(
+                        tp, out.key, out.value, out.headers, out.timestamp_ms
+                    )
+        if failures:
+            records = [out for _, batch in taken for out in batch]
+            undelivered = Undelivered(failures, len(taken), records)
+            undelivered.kept = [] if atomic else records
+            raise undelivered
+
+    async def reset(self) -> None:
+        self.resets += 1
+        self.broken.clear()
+
     async def close(self) -> None:
-        pass
+        self.broken.clear()
 
 
 class MemoryPartition:
@@ -140,6 +263,10 @@ class LogConnector:
     fail: list[bool] = field(default_factory=lambda: [False])
     positions: dict[TP, int] = field(default_factory=dict)
     commits: int = 0
+    paused: set[TP] = field(default_factory=set)
+    shared_broken: set[TP] = field(default_factory=set)
+    #: the topics' limits as the broker describes them (None: the log's own rules)
+    rules: dict[str, TopicLimits] | None = None
 
     def ready(self, partition: int) -> bool:
         return True
@@ -148,7 +275,10 @@ class LogConnector:
         return [TP(topic, partition) for topic in sorted(topics)]
 
     def delivery(self, partition: int) -> LogDelivery:
-        return LogDelivery(self.log, self.exactly_once, self.fail)
+        if self.exactly_once:  # a producer of its own
+            return LogDelivery(self.log, self.exactly_once, self.fail)
+        # at_least_once: every task's view of one shared producer
+        return LogDelivery(self.log, self.exactly_once, self.fail, broken=self.shared_broken)
 
     async def committed(self, tps: Sequence[TP]) -> dict[TP, int | None]:
         return {tp: self.log.committed.get(tp) for tp in tps}
@@ -164,12 +294,22 @@ class LogConnector:
     async def prepare(self) -> None:
         pass
 
+    def pause(self, tps: Sequence[TP]) -> None:
+        self.paused.update(tps)
+
+    def resume(self, tps: Sequence[TP]) -> None:
+        self.paused.difference_update(tps)
+
+    async def limits(self, topics: Sequence[str]) -> dict[str, TopicLimits]:
+        known = self.rules if self.rules is not None else self.log.rules
+        return {topic: known[topic] for topic in topics if topic in known}
+
 
 def fetch(connector: LogConnector, topics: Sequence[str], limit: int) -> dict[TP, list[Record]]:
     """What a consumer fetches next: up to ``limit`` records per partition."""
     fetched = {}
     for tp, records in sorted(connector.log.records.items()):
-        if tp.topic in topics:
+        if tp.topic in topics and tp not in connector.paused:
             start = connector.positions.get(tp, 0)
             fetched[tp] = records[start : start + limit]
             connector.positions[tp] = start + len(fetched[tp])
@@ -417,14 +557,16 @@ def test_a_kafka_failure_stops_the_cycle_and_a_restart_resumes_exactly(fail_at: 
     engine = word_engine(connector, table)
 
     async def until_failure() -> None:
-        for cycle in range(100):
+        for cycle in range(fail_at + 1):
             connector.fail[0] = cycle == fail_at
             fetched = fetch(connector, sorted(engine.topics), 2)
             positions = {tp: connector.positions[tp] for tp in fetched}
             await engine.process(fetched, positions)
 
-    with pytest.raises(EngineFailure, match="Kafka did not take the batch"):
-        asyncio.run(until_failure())
+    asyncio.run(until_failure())
+    stalled = engine.stalled()
+    assert stalled, "a failed cycle shows"
+    assert all("Kafka did not take the batch" in s["reason"] for s in stalled)
     # the failed cycle reached neither the log nor the store
     changelog_keys = {r.key for r in log.topic(table.changelog_topic)} - {POSITION_KEY}
     assert set(table.values()) == changelog_keys
@@ -519,9 +661,10 @@ def test_a_kafka_failure_is_not_a_store_failure() -> None:
     log, table = Log(), MemoryTable(WORD_COUNTS)
     lines(log, TEXTS[:3])
     connector = LogConnector(log, exactly_once=True, fail=[True])
-    with pytest.raises(EngineFailure) as failed:
-        run(word_engine(connector, table), connector)
-    assert not isinstance(failed.value, StoreFailure)
+    engine = word_engine(connector, table)
+    run(engine, connector)
+    assert engine.failure is None  # it is tried again; a store failure stops for good
+    assert set(engine.stalls) == set(range(PARTITIONS))
     assert not log.topic(table.changelog_topic)
 
 
@@ -609,7 +752,7 @@ def test_records_fetched_during_a_rebalance_are_fetched_again(exactly_once: bool
 
 @pytest.mark.parametrize("exactly_once", [False, True])
 def test_after_a_kafka_failure_the_same_engine_applies_the_failed_batch(
-    exactly_once: bool,
+    exactly_once: bool, clock: Clock
 ) -> None:
     # One batch holds every record, so no later record would start the tasks again.
     log, table = Log(), MemoryTable(WORD_COUNTS)
@@ -617,13 +760,17 @@ def test_after_a_kafka_failure_the_same_engine_applies_the_failed_batch(
     connector = LogConnector(log, exactly_once, fail=[True])
     engine = word_engine(connector, table)
 
-    async def failing() -> None:
-        while True:
+    async def until_stalled() -> None:
+        while not engine.stalls:
             await offer_next(engine, connector, 1000)
 
-    with pytest.raises(EngineFailure):
-        asyncio.run(failing())
+    asyncio.run(until_stalled())
     assert engine.tasks == {}
+    assert connector.paused  # nothing is fetched for the stalled partitions meanwhile
     connector.fail[0] = False  # Kafka answers again
+    clock.advance(60)
+    asyncio.run(engine.tick())
+    assert not connector.paused
     run(engine, connector, limit=1000)
     assert table.values() == dict(want)
+    assert engine.stalled() == []

@@ -25,6 +25,7 @@ from core.topics import POSITION_KEY
 from streams.compile import compile_topology
 from tables.engine import TP, Engine, EngineFailure
 from tables.pipeline import Context, Output
+from tables.refusals import SendPlan
 from tests.unit.test_engine import (
     PARTITIONS,
     TEXTS,
@@ -41,8 +42,8 @@ from tests.unit.test_engine import (
 POINTS = ("before_kafka", "halfway_into_kafka", "before_the_store", "before_the_commit")
 
 
-class Crash(Exception):
-    """The process dies here."""
+class Crash(BaseException):
+    """The process dies here (no handler of the engine's takes it for a failure)."""
 
 
 @dataclass
@@ -51,7 +52,11 @@ class CrashingDelivery(LogDelivery):
     armed: bool = False
 
     async def send(
-        self, outputs: Sequence[Output], offsets: Mapping[TP, int], state: Sequence[Output] = ()
+        self,
+        outputs: Sequence[Output],
+        offsets: Mapping[TP, int],
+        state: Sequence[Output] = (),
+        plan: SendPlan | None = None,
     ) -> dict[TP, int]:
         if self.armed and self.point == "before_kafka":
             raise Crash(self.point)
@@ -60,7 +65,7 @@ class CrashingDelivery(LogDelivery):
             ordered = [*state, *outputs] if self.exactly_once else [*outputs, *state]
             await super().send(ordered[: len(ordered) // 2], {})
             raise Crash(self.point)
-        return await super().send(outputs, offsets, state)
+        return await super().send(outputs, offsets, state, plan)
 
 
 class CrashingTable(MemoryTable):
