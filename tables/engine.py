@@ -184,6 +184,12 @@ class Figures:
     events: Counter[str] = field(default_factory=Counter)
     dead_letters: Counter[str] = field(default_factory=Counter)
     failed_records: Counter[str] = field(default_factory=Counter)
+    #: (pipeline, topic): records a pipeline applied of a topic it reads
+    read: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: (pipeline, table): keys a pipeline's batches wrote (changelog records)
+    written: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: (pipeline, topic): records a pipeline sent, dead letters included
+    sent: Counter[tuple[str, str]] = field(default_factory=Counter)
     cycles: int = 0
     cycle_seconds: float = 0.0
 
@@ -356,8 +362,10 @@ class Task:
                         record.offset,
                         reason,
                     )
-                    outputs.append(dead_letter_record(record, reason[:1000]))
+                    dead = dead_letter_record(record, reason[:1000])
+                    outputs.append(dead)
                     self.figures.dead_letters[record.topic] += 1
+                    self.figures.sent[(pipeline.name, dead.topic)] += 1
                     self.figures.failed_records[pipeline.name] += 1
                     continue
                 self._keep(batch)
@@ -377,9 +385,14 @@ class Task:
         return Batch(pipeline.name, self.partition, records, tables, cache, self.parses)
 
     def _keep(self, batch: Batch) -> None:
-        for view in batch.tables.values():
+        figures, pipeline = self.figures, batch.pipeline
+        for name, view in batch.tables.items():
+            figures.written[(pipeline, name)] += len(view)
             view.merge_into_parent()
-        self.figures.events[batch.pipeline] += sum(len(rs) for rs in batch.records.values())
+        for topic, records in batch.records.items():
+            figures.read[(pipeline, topic)] += len(records)
+        figures.events[pipeline] += sum(len(rs) for rs in batch.records.values())
+        figures.sent.update((pipeline, output.topic) for output in batch.outputs)
         for topic, n in batch.dead_lettered.items():
             self.figures.dead_letters[topic] += n
 
