@@ -24,8 +24,11 @@ def make_api(token: str | None = None, bootstrap: str = "127.0.0.1:9", **setting
         tables=SimpleNamespace(recovery=SimpleNamespace(active_remaining=dict)),
         # An engine with no pipeline: the query layer registers its listener on it.
         wiring=SimpleNamespace(
-            engine=Engine([], {}, None, exactly_once=False, partitions=8)  # type: ignore[arg-type]
+            engine=Engine([], {}, None, exactly_once=False, partitions=8),  # type: ignore[arg-type]
+            pipelines=[],
         ),
         on_partitions_revoked=SimpleNamespace(connect=lambda receiver, weak=True: None),
+        # The console's rebalance log registers as a faust sensor.
+        sensors=SimpleNamespace(add=lambda sensor: None),
     )
     return create_api(worker)
