@@ -3,6 +3,9 @@ it reads (``api/routes/console.py``), served by every worker."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from typing import Any
 
 from api.console.dead_letters import DeadLetterTail
@@ -15,6 +18,8 @@ from api.positions import InputEnds
 from api.queries import Queries
 from core.topics import dlq_topic
 from tables.rebalances import RebalanceLog
+
+logger = logging.getLogger(__name__)
 
 
 class Console:
@@ -52,16 +57,37 @@ class Console:
             queries.routing.own_url,
         )
         self.nightly = NightlyReports(settings.nightly_reports)
+        self._warm_up: asyncio.Task[None] | None = None
 
     def table_kinds(self) -> dict[str, str]:
         """The queryable tables' kinds (table, windowed, global)."""
         return {name: info.kind for name, info in self.worker.wiring.tables.infos().items()}
 
     def start(self) -> None:
-        """Start sampling the figures (the dead letters and replays start on first use)."""
+        """Start sampling the figures; once the worker runs its first assignment, start
+        reading the dead letters and the replay log in the background, so that the Dead
+        letters view's first answer does not wait for them (a request starts them anyway)."""
         self.sampler.start()
+        self._warm_up = asyncio.ensure_future(self._start_readers())
+
+    async def _start_readers(self) -> None:
+        # Not before: the topics of a new cluster have no leaders for a moment, and the
+        # readers' first requests would fail (and be logged) until they have.
+        while True:
+            if self.reports.status() == "running":
+                break
+            await asyncio.sleep(0.5)
+        self.dead_letters.start()
+        try:
+            await self.replay_log.start()
+        except Exception as error:  # no broker now: the first request starts it again
+            logger.info("the replay log starts on first use: %r", error)
 
     async def stop(self) -> None:
+        if self._warm_up is not None:
+            self._warm_up.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warm_up
         await self.sampler.stop()
         await self.dead_letters.stop()
         await self.replay_log.stop()

@@ -189,6 +189,16 @@ class DeadLetterTail:
         return totals
 
     async def _run(self) -> None:
+        while True:
+            try:
+                await self._read()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the brokers are away: read again from the latest
+                logger.warning("the dead-letter topics cannot be read: %r; again in 2 s", error)
+                await asyncio.sleep(2.0)
+
+    async def _read(self) -> None:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
             group_id=None,
@@ -199,6 +209,8 @@ class DeadLetterTail:
             await consumer.start()
             consumer.assign(self.tps)
             targets = await self._seek_to_latest(consumer)
+            for letters in self.latest.values():
+                letters.clear()
             while True:
                 batches = await consumer.getmany(timeout_ms=500, max_records=2000)
                 for tp, records in batches.items():
@@ -209,11 +221,6 @@ class DeadLetterTail:
                     self.positions[tp] >= end for tp, end in targets.items()
                 ):
                     self.caught_up.set()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.exception("the dead-letter topics cannot be read")
-            raise
         finally:
             with contextlib.suppress(Exception):
                 await consumer.stop()

@@ -121,8 +121,13 @@ class ReplayLog:
     async def _read(self) -> None:
         assert self._reader is not None
         while True:
-            batches = await self._reader.getmany(self.tp, timeout_ms=500)
-            position = await self._reader.position(self.tp)
+            try:
+                batches = await self._reader.getmany(self.tp, timeout_ms=500)
+                position = await self._reader.position(self.tp)
+            except Exception as error:  # the brokers are away: waits time out meanwhile
+                logger.warning("the replay log cannot be read: %r; again in 2 s", error)
+                await asyncio.sleep(2.0)
+                continue
             async with self._moved:
                 for record in batches.get(self.tp, []):
                     if record.key is None or record.value is None:

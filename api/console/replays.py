@@ -10,7 +10,6 @@ invalid goes back to its dead-letter topic (with the new reason, its source head
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -57,16 +56,19 @@ def validate(
     except UnicodeDecodeError as error:
         return key, f"not UTF-8: {error.reason} at byte {error.start}"
     forms: list[Any] = [text]  # a text topic takes the value as it is
+    not_json = ""
     if text is not None:
-        with contextlib.suppress(ValueError):
+        try:
             forms.insert(0, json.loads(text))  # a JSON topic takes its parsed value
+        except ValueError as error:
+            not_json = f" (the value is not JSON: {error})"
     reasons: list[str] = []
     for form in forms:
         ready, problems = prepare(topic, [{"key": key_text, "value": form}], max_bytes)
         if ready:
             return (key if key is not None else ready[0].key), None
         reasons.extend(reason for _, reason in problems)
-    return key, "; ".join(dict.fromkeys(reasons))
+    return key, reasons[0] + not_json
 
 
 class Replayer:
