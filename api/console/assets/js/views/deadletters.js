@@ -3,7 +3,7 @@
 // (GET /dead-letters every 2 s, POST /dead-letters/replay).
 import { useState } from "preact/hooks";
 
-import { request, useFirstPaint, usePoll } from "../api.js";
+import { REFRESH_MS, request, useFirstPaint, usePoll } from "../api.js";
 import { bytes, clock, count } from "../format.js";
 import { html } from "../html.js";
 import { Badge, Problem, Updated } from "./common.js";
@@ -40,7 +40,7 @@ export function DeadLetters() {
   const [outcome, setOutcome] = useState(null);
   const query = new URLSearchParams({ limit: "100" });
   if (topic) query.set("topic", topic);
-  const { data, error, at } = usePoll(`dead-letters?${query}`, 2000);
+  const { data, error, at } = usePoll(`dead-letters?${query}`, REFRESH_MS);
   useFirstPaint("dead-letters", Boolean(data));
   const toggle = (key) => {
     const next = new Set(selected);

@@ -1,6 +1,6 @@
 // Nightly: the last reconciliation of the tables against the batch recompute, per table
 // the keys compared, differing and repaired (GET /nightly every 2 s).
-import { useFirstPaint, usePoll } from "../api.js";
+import { REFRESH_MS, useFirstPaint, usePoll } from "../api.js";
 import { clock, count, seconds } from "../format.js";
 import { html } from "../html.js";
 import { Badge, Problem, Updated } from "./common.js";
@@ -36,7 +36,7 @@ function Report({ report }) {
 }
 
 export function Nightly() {
-  const { data, error, at } = usePoll("nightly", 2000);
+  const { data, error, at } = usePoll("nightly", REFRESH_MS);
   useFirstPaint("nightly", Boolean(data));
   return html`
     <section class="view" data-view="nightly" data-updated=${at}>

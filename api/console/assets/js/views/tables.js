@@ -3,7 +3,7 @@
 // windows. Lookups and pages refresh every 2 s; a followed key streams its changes.
 import { useEffect, useMemo, useState } from "preact/hooks";
 
-import { follow, segment, useFirstPaint, usePoll } from "../api.js";
+import { REFRESH_MS, follow, segment, useFirstPaint, usePoll } from "../api.js";
 import { Chart } from "../chart.js";
 import { clock, count, ms } from "../format.js";
 import { html } from "../html.js";
@@ -63,13 +63,13 @@ function Windows({ table, name }) {
   const [range, setRange] = useState(RANGES[1][1]);
   const [now, setNow] = useState(Date.now());
   useEffect(() => {
-    const timer = setInterval(() => setNow(Date.now()), 2000);
+    const timer = setInterval(() => setNow(Date.now()), REFRESH_MS);
     return () => clearInterval(timer);
   }, []);
   const from = Math.floor((now - range) / 60_000) * 60_000;
   const { data, error, at } = usePoll(
     `tables/${segment(table)}/keys/${segment(name)}?from=${from}&to=${now + 3_600_000}`,
-    2000,
+    REFRESH_MS,
   );
   const windows = data?.windows || [];
   const series = useMemo(() => windowSeries(windows), [data]);
@@ -91,7 +91,7 @@ function Lookup({ table, name }) {
   // A windowed key is shown by its windows (a read at "now" finds only the current one).
   const windowed = table.kind === "windowed";
   const path = windowed ? null : `tables/${segment(table.name)}/keys/${segment(name)}`;
-  const { data, error, at } = usePoll(path, 2000);
+  const { data, error, at } = usePoll(path, REFRESH_MS);
   return html`<div class="lookup" data-updated=${at}>
     <div class="title"><h3>${table.name} / <span class="mono">${name}</span></h3><${Updated} at=${at} /></div>
     ${error && error.status === 404 ? html`<p class="muted">${error.detail}</p>` : html`<${Problem} error=${error} />`}
@@ -131,8 +131,9 @@ function Browse({ table, onPick }) {
   useEffect(() => setCursors([null]), [table.name, prefix]);
   const query = new URLSearchParams({ prefix, limit: String(PAGE) });
   if (cursor) query.set("cursor", cursor);
-  const { data, error, at } = usePoll(`tables/${segment(table.name)}/keys?${query}`, 2000);
+  const { data, error, at } = usePoll(`tables/${segment(table.name)}/keys?${query}`, REFRESH_MS);
   const parts = data?.partitions;
+  useFirstPaint("tables", Boolean(data));
   return html`<div class="browse" data-updated=${at} data-items=${data ? data.items.length : 0}>
     <div class="row">
       <label>Keys starting with <input value=${prefix} onInput=${(e) => setPrefix(e.target.value)} placeholder="prefix" /></label>
@@ -151,13 +152,12 @@ function Browse({ table, onPick }) {
 }
 
 export function Tables() {
-  const { data, error, at } = usePoll("tables", 2000);
+  const { data, error, at } = usePoll("tables", REFRESH_MS);
   const [chosen, setChosen] = useState(null);
   const [draft, setDraft] = useState("");
   const [key, setKey] = useState(null);
   const tables = data?.tables || [];
   const table = tables.find((t) => t.name === chosen) || tables[0];
-  useFirstPaint("tables", Boolean(data));
   const pick = (name) => {
     setDraft(name);
     setKey(name);

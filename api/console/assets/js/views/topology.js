@@ -88,6 +88,7 @@ function Edge({ edge, route }) {
 
 function Graph({ graph }) {
   const layout = useLayout(graph);
+  useFirstPaint("topology", Boolean(layout));
   if (!layout) return html`<p class="loading">Laying out the graph…</p>`;
   return html`
     <svg class="topology" viewBox=${`0 0 ${layout.width} ${layout.height}`}
@@ -128,7 +129,6 @@ function Pipelines({ graph }) {
 
 export function Topology() {
   const { data, error, at } = usePoll("topology", 1000);
-  useFirstPaint("topology", Boolean(data));
   return html`
     <section class="view" data-view="topology" data-updated=${at}>
       <div class="title">
