@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 PAGE_URL = "/ui"
@@ -53,10 +53,14 @@ def content_security_policy(page: str) -> str:
 
 
 def add_console_page(api: FastAPI) -> None:
-    """Serve ``/ui/`` (the page; ``/ui`` redirects to it), ``/ui/assets/*`` and
-    ``/ui/config.json`` (whether the workers want a token)."""
+    """Serve ``/ui/`` (the page; ``/ui`` redirects to it) and ``/ui/assets/*``. The page
+    says whether the workers want a token (so that it asks before its first request)."""
     folder = assets_directory()
     page = (folder / "index.html").read_text(encoding="utf-8")
+    pages = {
+        required: page.replace('content="TOKEN_REQUIRED"', f'content="{str(required).lower()}"')
+        for required in (True, False)
+    }
     headers = {
         "Content-Security-Policy": content_security_policy(page),
         "Cache-Control": "no-cache",
@@ -70,11 +74,6 @@ def add_console_page(api: FastAPI) -> None:
         return RedirectResponse("ui/", status_code=307)
 
     @api.get(f"{PAGE_URL}/", include_in_schema=False)
-    async def console() -> HTMLResponse:
-        return HTMLResponse(page, headers=headers)
-
-    @api.get(f"{PAGE_URL}/config.json", include_in_schema=False)
-    async def config(request: Request) -> JSONResponse:
-        # Public, like the page: whether to ask for a token before any other request.
+    async def console(request: Request) -> HTMLResponse:
         required = bool(request.app.state.worker.settings.api_token)
-        return JSONResponse({"token_required": required}, headers={"Cache-Control": "no-cache"})
+        return HTMLResponse(pages[required], headers=headers)

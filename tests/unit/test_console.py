@@ -310,10 +310,19 @@ def test_the_console_page_allows_its_import_map_and_nothing_from_another_host() 
     assert "default-src 'none'" in policy
     for path in orjson.loads(import_map)["imports"].values():
         assert client.get("/ui/" + path.removeprefix("./")).status_code == 200, path
-    assert client.get("/ui/config.json").json() == {"token_required": False}
-    assert TestClient(make_api(token="s3cret")).get("/ui/config.json").json() == {
-        "token_required": True
-    }
+    required = '<meta name="streamstate-token-required" content="{}">'
+    assert required.format("false") in page.text
+    assert required.format("true") in TestClient(make_api(token="s3cret")).get("/ui/").text
+
+
+def test_the_page_preloads_every_module_it_loads_at_start() -> None:
+    folder = Path(__file__).resolve().parents[2] / "api" / "console" / "assets"
+    page = (folder / "index.html").read_text()
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="assets/([^"]+)">', page))
+    scripts = {str(p.relative_to(folder)) for p in (folder / "js").rglob("*.js")}
+    assert scripts - {"js/app.js"} <= preloaded  # app.js is the page's script itself
+    for path in preloaded:
+        assert (folder / path).is_file(), path
 
 
 def test_the_console_routes_want_the_token_when_one_is_set() -> None:

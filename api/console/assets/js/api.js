@@ -66,10 +66,9 @@ export async function request(path, { method = "GET", body, signal } = {}) {
   return data;
 }
 
-/** Whether the workers want a token: a public file beside the page. */
-export async function consoleConfig() {
-  const answer = await fetch(new URL("config.json", document.baseURI), { headers: { Accept: "application/json" } });
-  return answer.json();
+/** Whether the workers want a token: the page says so. */
+export function tokenRequired() {
+  return document.querySelector('meta[name="streamstate-token-required"]')?.content === "true";
 }
 
 /**

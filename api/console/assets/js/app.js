@@ -2,7 +2,7 @@
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 
-import { consoleConfig, onUnauthorized, token } from "./api.js";
+import { onUnauthorized, token, tokenRequired } from "./api.js";
 import { Topology } from "./views/topology.js";
 import { Group } from "./views/group.js";
 import { Tables } from "./views/tables.js";
@@ -47,24 +47,19 @@ function TokenForm({ refused, onDone }) {
 
 function App() {
   const [view, setView] = useState(currentView());
-  const [needsToken, setNeedsToken] = useState(null);
+  const [needsToken, setNeedsToken] = useState(tokenRequired() && !token.get());
   const [refused, setRefused] = useState(false);
   useEffect(() => {
     const moved = () => setView(currentView());
     addEventListener("hashchange", moved);
     return () => removeEventListener("hashchange", moved);
   }, []);
-  useEffect(() => {
-    consoleConfig()
-      .then((config) => setNeedsToken(Boolean(config.token_required) && !token.get()))
-      .catch(() => setNeedsToken(false));
-    return onUnauthorized(() => {
+  useEffect(() =>
+    onUnauthorized(() => {
       token.clear();
       setRefused(true);
       setNeedsToken(true);
-    });
-  }, []);
-  if (needsToken === null) return html`<p class="loading">Loading the console…</p>`;
+    }), []);
   const [, , View] = VIEWS.find(([id]) => id === view);
   return html`
     <header>

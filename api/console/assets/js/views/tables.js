@@ -61,14 +61,11 @@ function windowSeries(windows) {
 
 function Windows({ table, name }) {
   const [range, setRange] = useState(RANGES[1][1]);
-  const [now, setNow] = useState(Date.now());
-  useEffect(() => {
-    const timer = setInterval(() => setNow(Date.now()), REFRESH_MS);
-    return () => clearInterval(timer);
-  }, []);
-  const from = Math.floor((now - range) / 60_000) * 60_000;
+  // Whole hours: the request stays the same (and refreshes) until the next hour starts.
+  const hour = 3_600_000;
+  const now = Math.floor(Date.now() / hour) * hour;
   const { data, error, at } = usePoll(
-    `tables/${segment(table)}/keys/${segment(name)}?from=${from}&to=${now + 3_600_000}`,
+    `tables/${segment(table)}/keys/${segment(name)}?from=${now - range}&to=${now + 2 * hour}`,
     REFRESH_MS,
   );
   const windows = data?.windows || [];
@@ -126,9 +123,12 @@ function Follow({ table, name }) {
 
 function Browse({ table, onPick }) {
   const [prefix, setPrefix] = useState("");
-  const [cursors, setCursors] = useState([null]);
+  // A cursor belongs to one table and prefix: another one starts from the first page.
+  const scope = `${table.name}\u0000${prefix}`;
+  const [paging, setPaging] = useState({ scope, cursors: [null] });
+  const cursors = paging.scope === scope ? paging.cursors : [null];
+  const setCursors = (next) => setPaging({ scope, cursors: next });
   const cursor = cursors[cursors.length - 1];
-  useEffect(() => setCursors([null]), [table.name, prefix]);
   const query = new URLSearchParams({ prefix, limit: String(PAGE) });
   if (cursor) query.set("cursor", cursor);
   const { data, error, at } = usePoll(`tables/${segment(table.name)}/keys?${query}`, REFRESH_MS);
