@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import mimetypes
 import re
+from collections.abc import MutableMapping
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
-from fastapi.staticfiles import StaticFiles
 
 PAGE_URL = "/ui"
 ASSETS_URL = "/ui/assets"
@@ -29,6 +31,49 @@ def assets_directory() -> Path:
     if not (folder / "index.html").is_file():
         raise RuntimeError(f"the console's files are missing from {folder}: reinstall")
     return folder
+
+
+class Assets:
+    """The console's files, read once and served from memory (pure ASGI): no disk and no
+    thread per request, so a busy worker answers them as fast as it answers anything."""
+
+    def __init__(self, folder: Path) -> None:
+        self.files: dict[str, tuple[bytes, bytes, bytes]] = {}
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and path.name != "index.html":
+                body = path.read_bytes()
+                kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+                if kind.startswith("text/") or kind.endswith("javascript"):
+                    kind += "; charset=utf-8"
+                etag = f'"{hashlib.blake2b(body, digest_size=12).hexdigest()}"'
+                self.files["/" + path.relative_to(folder).as_posix()] = (
+                    body,
+                    kind.encode(),
+                    etag.encode(),
+                )
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        # A mounted app's path still holds its mount point, which root_path ends with.
+        path, root = scope["path"], scope.get("root_path", "")
+        found = self.files.get(path[len(root) :] if path.startswith(root) else path)
+        if scope["method"] not in ("GET", "HEAD") or found is None:
+            await _answer(send, 404, b"text/plain; charset=utf-8", b"not found")
+            return
+        body, kind, etag = found
+        headers = ((b"etag", etag), (b"cache-control", b"no-cache"))
+        if dict(scope["headers"]).get(b"if-none-match") == etag:
+            await _answer(send, 304, kind, b"", headers)
+            return
+        await _answer(send, 200, kind, b"" if scope["method"] == "HEAD" else body, headers)
+
+
+async def _answer(
+    send: Any, status: int, kind: bytes, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    head = [(b"content-type", kind), (b"x-content-type-options", b"nosniff"), *headers]
+    head.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
 
 
 def content_security_policy(page: str) -> str:
@@ -66,7 +111,7 @@ def add_console_page(api: FastAPI) -> None:
         "Cache-Control": "no-cache",
         "X-Content-Type-Options": "nosniff",
     }
-    api.mount(ASSETS_URL, StaticFiles(directory=folder), name="console-assets")
+    api.mount(ASSETS_URL, Assets(folder), name="console-assets")
 
     @api.get(PAGE_URL, include_in_schema=False)
     async def console_redirect() -> RedirectResponse:
