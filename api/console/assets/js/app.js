@@ -82,4 +82,6 @@ function App() {
     </main>`;
 }
 
-render(html`<${App} />`, document.getElementById("app"));
+const root = document.getElementById("app");
+root.textContent = ""; // the "Loading" line the page shows until the modules run
+render(html`<${App} />`, root);

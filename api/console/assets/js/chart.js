@@ -12,7 +12,7 @@ const COLOURS = ["#2563eb", "#db2777", "#16a34a", "#ea580c", "#7c3aed", "#0891b2
  * ``times``: epoch seconds; ``series``: [{label, values}] as long as ``times``.
  * ``bars``: draw each point as a bar (windows) instead of a line.
  */
-export function Chart({ times, series, height = 180, bars = false, label = "" }) {
+export function Chart({ times, series, height = 180, bars = false, label = "", span = null }) {
   const box = useRef(null);
   const plot = useRef(null);
   const shape = series.map((s) => s.label).join("\u0000");
@@ -26,7 +26,7 @@ export function Chart({ times, series, height = 180, bars = false, label = "" })
         height,
         legend: { live: false },
         cursor: { show: true, drag: { x: false, y: false } },
-        scales: { x: { time: true } },
+        scales: { x: span ? { time: true, range: () => span } : { time: true } },
         axes: [{}, { size: 60 }],
         series: [
           {},
@@ -47,7 +47,7 @@ export function Chart({ times, series, height = 180, bars = false, label = "" })
     return () => {
       cancelled = true;
     };
-  }, [shape, bars, height]);
+  }, [shape, bars, height, span?.[0], span?.[1]]);
   useEffect(() => {
     plot.current?.setData([times, ...series.map((s) => s.values)]);
   }, [times, series]);

@@ -78,7 +78,8 @@ function Windows({ table, name }) {
     </div>
     <${Problem} error=${error} />
     ${windows.length > 0 && series.length > 0 &&
-    html`<${Chart} bars=${true} times=${windows.map((w) => w.start / 1000)} series=${series} label=${`windows of ${name}`} />`}
+    html`<${Chart} bars=${true} times=${windows.map((w) => w.start / 1000)} series=${series}
+      span=${[(now - range) / 1000, (now + hour) / 1000]} label=${`windows of ${name}`} />`}
     ${windows.length > 0 && html`<table class="compact"><thead><tr><th>window start</th><th>value</th></tr></thead>
       <tbody>${windows.slice(-8).reverse().map((w) => html`<tr key=${w.start}><td>${clock(w.start)}</td><td class="mono">${short(w.value)}</td></tr>`)}</tbody></table>`}
   </div>`;
@@ -90,7 +91,7 @@ function Lookup({ table, name }) {
   const path = windowed ? null : `tables/${segment(table.name)}/keys/${segment(name)}`;
   const { data, error, at } = usePoll(path, REFRESH_MS);
   return html`<div class="lookup" data-updated=${at}>
-    <div class="title"><h3>${table.name} / <span class="mono">${name}</span></h3><${Updated} at=${at} /></div>
+    <div class="title"><h3>${table.name} / <span class="mono">${name}</span></h3>${!windowed && html`<${Updated} at=${at} />`}</div>
     ${error && error.status === 404 ? html`<p class="muted">${error.detail}</p>` : html`<${Problem} error=${error} />`}
     ${data && html`<pre class="value" data-key=${name}>${json(data.value)}</pre><${Answer} answer=${data} />`}
     ${windowed && html`<h4>Windows</h4><${Windows} table=${table.name} name=${name} />`}

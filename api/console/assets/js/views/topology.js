@@ -14,7 +14,7 @@ const CHAR_PX = 7.2;
 const NODE_H = 46;
 
 function nodeWidth(node) {
-  return Math.max(110, Math.min(280, node.label.length * CHAR_PX + 28));
+  return Math.max(110, Math.min(420, node.label.length * CHAR_PX + 28));
 }
 
 /** Positions of nodes and edge routes, worked out again only when the graph's shape changes. */
