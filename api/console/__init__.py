@@ -4,10 +4,10 @@ it reads (``api/routes/console.py``), served by every worker."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
+from api.console.background import cancelled
 from api.console.dead_letters import DeadLetterTail
 from api.console.members import WorkerReports
 from api.console.nightly import NightlyReports
@@ -84,10 +84,7 @@ class Console:
             logger.info("the replay log starts on first use: %r", error)
 
     async def stop(self) -> None:
-        if self._warm_up is not None:
-            self._warm_up.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._warm_up
+        await cancelled(self._warm_up)
         await self.sampler.stop()
         await self.dead_letters.stop()
         await self.replay_log.stop()

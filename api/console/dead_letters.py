@@ -21,6 +21,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from api.console.background import cancelled
 from tables.pipeline import ERROR_HEADER
 
 logger = logging.getLogger(__name__)
@@ -162,10 +163,7 @@ class DeadLetterTail:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancelled(task)
 
     async def records(self, topic: str | None, limit: int) -> list[DeadLetter]:
         """The latest ``limit`` dead letters (of ``topic``, or of all), newest first."""

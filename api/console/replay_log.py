@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from api.console.background import cancelled
 from core.admin import ensure_topics
 from core.topics import TopicSpec
 
@@ -108,10 +109,7 @@ class ReplayLog:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancelled(task)
         for client in (self._producer, self._reader):
             if client is not None:
                 with contextlib.suppress(Exception):

@@ -10,13 +10,14 @@ every second, at the cost of copying a few small counters once a second.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from api.console.background import cancelled
 
 #: (pipeline, topic or table) -> running total
 Totals = Counter[tuple[str, str]]
@@ -141,10 +142,7 @@ class FigureSampler:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancelled(task)
 
     async def _run(self) -> None:
         while True:
