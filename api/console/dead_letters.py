@@ -193,7 +193,8 @@ class DeadLetterTail:
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # the brokers are away: read again from the latest
-                logger.warning("the dead-letter topics cannot be read: %r; again in 2 s", error)
+                # /ready and the engine report a broker outage; this would only repeat it.
+                logger.debug("the dead-letter topics cannot be read: %r; again in 2 s", error)
                 await asyncio.sleep(2.0)
 
     async def _read(self) -> None:

@@ -123,7 +123,7 @@ class ReplayLog:
                 batches = await self._reader.getmany(self.tp, timeout_ms=500)
                 position = await self._reader.position(self.tp)
             except Exception as error:  # the brokers are away: waits time out meanwhile
-                logger.warning("the replay log cannot be read: %r; again in 2 s", error)
+                logger.debug("the replay log cannot be read: %r; again in 2 s", error)
                 await asyncio.sleep(2.0)
                 continue
             async with self._moved:
