@@ -4,7 +4,20 @@ import { useEffect, useRef } from "preact/hooks";
 import { html } from "./html.js";
 
 let loading = null;
-const load = () => (loading ??= import("uplot").then((module) => module.default));
+// uPlot and its stylesheet load with the first chart: the views without one do not wait.
+const load = () =>
+  (loading ??= Promise.all([
+    import("uplot"),
+    new Promise((resolve) => {
+      const sheet = Object.assign(document.createElement("link"), {
+        rel: "stylesheet",
+        href: new URL("../vendor/uplot/uPlot.min.css", import.meta.url).toString(),
+      });
+      sheet.addEventListener("load", resolve);
+      sheet.addEventListener("error", resolve);
+      document.head.append(sheet);
+    }),
+  ]).then(([module]) => module.default));
 
 const COLOURS = ["#2563eb", "#db2777", "#16a34a", "#ea580c", "#7c3aed", "#0891b2", "#ca8a04"];
 
