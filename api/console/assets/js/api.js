@@ -5,7 +5,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 
 const TOKEN_KEY = "streamstate.console.token";
 /** How often the views that are not about rates ask again (the rates' views: every second). */
-export const REFRESH_MS = 1500;
+export const REFRESH_MS = 1000;
 // The API's routes sit beside /ui/ on the same worker.
 const BASE = new URL("../", document.baseURI);
 
