@@ -10,7 +10,7 @@ KAFKA_BROKERS ?= 1
 export KAFKA_PORT KAFKA_BROKERS
 
 .PHONY: install bytecode run test test-unit test-integration test-batch lint kafka-up kafka-down \
-        kafka-jars spark-jars executor-env nightly bench chaos clean tools kstreams-test
+        kafka-jars spark-jars executor-env nightly bench chaos clean tools kstreams-test screenshots
 
 install: $(STAMP)
 
@@ -93,6 +93,12 @@ test-integration: install kafka-jars
 
 test-batch: install kafka-jars spark-jars
 	$(VENV)/bin/pytest -m batch
+
+# docs/console-*.png: each view of the console (/ui) as the browser test sees it, against
+# two workers on a broker of its own with the demo generator running.
+screenshots: install kafka-jars tools
+	STREAMSTATE_SCREENSHOTS=$(CURDIR)/docs $(VENV)/bin/pytest -m "not alone" \
+	    tests/integration/test_console.py
 
 nightly: bytecode kafka-up spark-jars
 	$(PY) -m ops.nightly --once

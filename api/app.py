@@ -13,6 +13,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
 from api.changes import ChangeHub, Changes
+from api.console import Console
+from api.console.page import add_console_page
 from api.docs import add_docs
 from api.errors import register_handlers
 from api.members import DeadMembers
@@ -22,6 +24,7 @@ from api.peers import Peers
 from api.positions import ConsistencyCollector, InputEnds, Positions, PositionWaits
 from api.producer import RecordProducer
 from api.queries import Queries
+from api.routes import console as console_routes
 from api.routes import health, internal, metadata, metrics, tables, topics
 from api.routing import Routing, normalize_url
 from api.scans import Scans
@@ -89,7 +92,9 @@ def create_api(worker: Any) -> FastAPI:
         ends.start()
         rechecks = asyncio.ensure_future(recheck_waits())
         watch = asyncio.ensure_future(dead.run()) if watch_members else None
+        console.start()
         yield
+        await console.stop()
         if watch is not None:
             watch.cancel()
         rechecks.cancel()
@@ -117,12 +122,15 @@ def create_api(worker: Any) -> FastAPI:
     api.state.queries = queries = Queries(worker, peers, positions, waits)
     api.state.scans = Scans(queries)
     api.state.changes = Changes(queries, hub)
+    api.state.console = console = Console(worker, queries, ends)
     api.state.worker_registry = registry = CollectorRegistry(auto_describe=False)
     registry.register(WorkerCollector(worker))
     registry.register(ConsistencyCollector(waits, hub))
     register_handlers(api)
     api.add_middleware(LatencyMiddleware)
-    for module in (health, tables, topics, metadata, internal, metrics):
+    for module in (health, tables, topics, metadata, internal, metrics, console_routes):
         api.include_router(module.router)
     api.include_router(topics.listing)
+    api.include_router(console_routes.internal)
+    add_console_page(api)
     return api

@@ -34,21 +34,31 @@ def check(spec: SourceSpec | None, key: str | None, document: Any, max_bytes: in
     null, and refuses a key that differs from it; a null value is a deletion where the
     topic takes them (its key then required).
     """
-    value_type = Bytes if spec is None else spec.value
     raw_key = None if key is None else utf8(key, "key")
     if document is None and spec is not None and spec.tombstones:
-        if not raw_key:
+        return check_raw(spec, raw_key, None, max_bytes)
+    value_type = Bytes if spec is None else spec.value
+    return check_raw(spec, raw_key, value_type.from_json(document), max_bytes)
+
+
+def check_raw(
+    spec: SourceSpec | None, key: bytes | None, raw: bytes | None, max_bytes: int
+) -> Outgoing:
+    """A record's key and value bytes checked as the stream checks them: the record to
+    produce (its key filled in from the value's key field when missing), or InvalidEvent."""
+    if raw is None and spec is not None and spec.tombstones:
+        if not key:
             field = f"its {spec.key}" if spec.key else "the key it deletes"
             raise InvalidEvent(f"key: a null value deletes a record, and needs {field} as key")
-        return Outgoing(raw_key, None)
-    raw = value_type.from_json(document)
+        return Outgoing(key, None)
+    value_type = Bytes if spec is None else spec.value
     value = value_type.parse(raw, max_bytes)
     if spec is not None and spec.key is not None:
         expected = str(field_of(value, spec.key))
-        if raw_key is None:
-            raw_key = utf8(expected, "key")
-        check_key(raw_key, expected, spec.key)
-    return Outgoing(raw_key, raw)
+        if key is None:
+            key = utf8(expected, "key")
+        check_key(key, expected, spec.key)
+    return Outgoing(key, raw)
 
 
 def prepare(

@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     #: Windowed tables keep a window this long by default, in days.
     window_retention_days: float = Field(7.0, gt=0)
     nightly_cron: str = "0 2 * * *"
+    #: Where the nightly scheduler writes each run's folder with its report.json, and
+    #: where a worker's console finds the newest report (a report file works too).
+    nightly_reports: Path = Path(".data/nightly")
     #: The Spark master the nightly job runs on (``spark://host:7077``, ``yarn``,
     #: ``k8s://https://...``); the job ships its Python environment to a cluster's executors.
     spark_master: str = "local[*]"

@@ -30,8 +30,6 @@ from croniter import croniter
 
 from core.settings import Settings
 
-DEFAULT_OUT_ROOT = Path(".data/nightly")
-
 
 def log(message: str) -> None:
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -108,7 +106,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--once", action="store_true", help="run once now and exit")
     parser.add_argument("--cron", default=settings.nightly_cron, help="UTC cron expression")
     parser.add_argument("--bootstrap", default=settings.bootstrap_servers)
-    parser.add_argument("--out-root", type=Path, default=DEFAULT_OUT_ROOT)
+    parser.add_argument(
+        "--out-root",
+        type=Path,
+        default=settings.nightly_reports,
+        help=f"each run's folder goes here (STREAMSTATE_NIGHTLY_REPORTS, now "
+        f"{str(settings.nightly_reports)!r}); the workers' console reads the newest report",
+    )
     parser.add_argument("--repair", action="store_true", help="publish corrections")
     parser.add_argument(
         "--master",

@@ -385,8 +385,8 @@ def _graph(plan: Plan) -> Graph:
             edges.append((origin, step_id(node)))
         if node.op == "join_global":
             table = node.params["table"]
-            add(f"global:{table.name}", "global", table.name)
-            edges.append((f"global:{table.name}", step_id(node)))
+            add(f"table:{table.name}", "global", table.name)
+            edges.append((f"table:{table.name}", step_id(node)))
         if node.op == "join_table":
             add(f"table:{node.params['table']}", "table", node.params["table"])
             edges.append((f"table:{node.params['table']}", step_id(node)))

@@ -254,6 +254,12 @@ class Figures:
     #: attempts at a cycle after a failed one, by cause (refusal: in the same engine
     #: cycle; backoff: after a pause)
     retries: Counter[str] = field(default_factory=Counter)
+    #: (pipeline, topic): records a pipeline applied of a topic it reads
+    read: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: (pipeline, table): keys a pipeline's batches wrote (changelog records)
+    written: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: (pipeline, topic): records a pipeline sent, dead letters included
+    sent: Counter[tuple[str, str]] = field(default_factory=Counter)
     cycles: int = 0
     cycle_seconds: float = 0.0
 
@@ -285,6 +291,9 @@ class _Work:
     failed: Counter[str] = field(default_factory=Counter)
     refused: Counter[tuple[str, str]] = field(default_factory=Counter)
     steps: Counter[str] = field(default_factory=Counter)
+    read: Counter[tuple[str, str]] = field(default_factory=Counter)
+    written: Counter[tuple[str, str]] = field(default_factory=Counter)
+    sent: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 @dataclass
@@ -638,6 +647,7 @@ class Task:
             )
             letter = dead_letter_record(record, reason[:1000])
             work.produced.append(Produced(letter, record.timestamp, pipeline.name, record))
+            work.sent[(pipeline.name, letter.topic)] += 1
             work.dead_letters[record.topic] += 1
             work.failed[pipeline.name] += 1
             return False
@@ -712,6 +722,7 @@ class Task:
         for name, view in batch.tables.items():
             if view.parent is None:  # a lookup's view has nothing to take in
                 continue
+            work.written[(batch.pipeline, name)] += len(view)
             if len(view):
                 made.table_writers.setdefault(name, set()).add(batch.pipeline)
                 for key in view.written():  # the last writer, when it is one record
@@ -720,7 +731,10 @@ class Task:
                     else:
                         made.writers.pop((name, key), None)
             view.merge_into_parent()
+        for topic, records in batch.records.items():
+            work.read[(batch.pipeline, topic)] += len(records)
         work.events[batch.pipeline] += sum(len(rs) for rs in batch.records.values())
+        work.sent.update((batch.pipeline, output.topic) for output in batch.outputs)
         if batch.counts:
             work.steps.update(batch.counts)
         for topic, n in batch.dead_lettered.items():
@@ -843,6 +857,9 @@ class Task:
         figures.failed_records.update(work.failed)
         figures.refused_records.update(work.refused)
         figures.steps.update(work.steps)
+        figures.read.update(work.read)
+        figures.written.update(work.written)
+        figures.sent.update(work.sent)
 
     def learn(self, failure: EngineFailure) -> tuple[bool, frozenset[str]]:
         """Whether the failed cycle is worth another attempt at once, and the topics

@@ -41,6 +41,7 @@ SLOWEST_FIRST = (
     "tests/integration/test_queries.py",
     "tests/integration/test_foundation.py",
     "tests/integration/test_added_pipeline.py",
+    "tests/integration/test_console.py",
 )
 
 

@@ -2,10 +2,11 @@
 # `make tools`: what the test suite needs and pip cannot install.
 # - A compose CLI validates docker-compose*.yml without a Docker engine: Docker's own
 #   `docker compose` when present, else Debian's docker-compose (v1, Python).
-# - Debian's chromium opens /docs and /redoc headless, as a user would, with no host
-#   but 127.0.0.1 reachable (tests/integration/test_docs_offline.py).
+# - Debian's chromium opens /docs, /redoc and the console (/ui) headless, as a user would,
+#   with no host but 127.0.0.1 reachable (tests/integration/test_docs_offline.py and
+#   test_console.py, through Playwright); Playwright's own browser download is not used.
 # Installs what is missing with apt-get when run as root; otherwise says how, and the
-# tests that need it skip.
+# browser tests fail saying the same.
 set -euo pipefail
 
 missing=()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,25 +16,19 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support.browser import OFFLINE_FLAGS, chromium
 from tests.support.kafka import TEST_PORT, local_kafka
 from tests.support.ports import require_free_port
 from tests.support.workers import Worker
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        CHROMIUM is None,
-        reason="no chromium on PATH: `make tools` installs Debian's chromium (as root)",
-    ),
-]
+pytestmark = pytest.mark.integration
 
 ROUTES = ["/tables/{table}/keys/{key}", "/tables/{table}/keys", "/topics/{topic}/records"]
 
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+    chromium()  # fails now, saying how to install it, rather than after the worker starts
     require_free_port(TEST_PORT)
     with local_kafka("docs") as kafka:
         running = Worker(kafka, tmp_path_factory.mktemp("docs") / "w0").start()
@@ -49,19 +42,12 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
 def open_offline(url: str, scratch: Path) -> tuple[str, list[str]]:
     """The rendered DOM of ``url`` and the URLs the page requested, in a browser that
     resolves no host but 127.0.0.1."""
-    assert CHROMIUM is not None
     net_log = scratch / "net-log.json"
     command = [
-        CHROMIUM,
+        chromium(),
         "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
+        *OFFLINE_FLAGS,
         f"--user-data-dir={scratch / 'profile'}",
-        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
         f"--log-net-log={net_log}",
         "--virtual-time-budget=30000",
         "--dump-dom",

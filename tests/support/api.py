@@ -31,7 +31,10 @@ def make_api(token: str | None = None, bootstrap: str = "127.0.0.1:9", **setting
         wiring=SimpleNamespace(
             engine=Engine([], {}, None, exactly_once=False, partitions=8),  # type: ignore[arg-type]
             inputs={topic: loaded.sources.get(topic) for topic in loaded.inputs},
+            pipelines=[],
         ),
         on_partitions_revoked=SimpleNamespace(connect=lambda receiver, weak=True: None),
+        # The console's rebalance log registers as a faust sensor.
+        sensors=SimpleNamespace(add=lambda sensor: None),
     )
     return create_api(worker)

@@ -46,6 +46,7 @@ def client(engine: Engine) -> TestClient:
         rebalancing=False,
         wiring=SimpleNamespace(engine=engine, inputs={}, tables={}, globals={}, pipelines=[]),
         on_partitions_revoked=SimpleNamespace(connect=lambda receiver, weak=True: None),
+        sensors=SimpleNamespace(add=lambda sensor: None),
     )
     return TestClient(create_api(worker))
 
