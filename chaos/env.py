@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +24,29 @@ from tests.support.kafka import ROOT, WORKER, LocalKafka, running
 from tests.support.kafka_io import list_topics
 from tests.support.workers import Worker, stop_workers
 
-#: Kafka client ports of the chaos suite, below Linux's ephemeral range (32768-60999):
+#: Kafka client ports of the chaos suite, outside Linux's ephemeral range (32768-60999):
 #: workers keep reconnecting to a stopped broker, and a reconnect to a port in that range
 #: can connect to itself (TCP self-connect) and keep the broker from binding it again.
-#: Under pytest-xdist each test process takes its own ten ports (a node takes two).
-SINGLE_PORT = int(os.environ.get("CHAOS_KAFKA_PORT", "29192")) + 10 * WORKER
-TRIPLE_PORT = int(os.environ.get("CHAOS_KAFKA3_PORT", "29292")) + 10 * WORKER
+#: ``CHAOS_KAFKA_PORT`` / ``CHAOS_KAFKA3_PORT`` set them; else they follow
+#: ``STREAMSTATE_TEST_KAFKA_PORT`` (above the blocks the test modules take from it), so
+#: that one setting keeps a developer's brokers apart from everyone else's. Under
+#: pytest-xdist each test process takes its own ten ports (a node takes two).
+CHAOS_OFFSET = 3500
+CHAOS3_OFFSET = 3600
+
+
+def chaos_port(name: str, default: int, offset: int, env: Mapping[str, str] = os.environ) -> int:
+    """The first client port of a chaos cluster: ``name`` from the environment, else
+    ``STREAMSTATE_TEST_KAFKA_PORT`` + ``offset``, else ``default``."""
+    if env.get(name):
+        return int(env[name])
+    if env.get("STREAMSTATE_TEST_KAFKA_PORT"):
+        return int(env["STREAMSTATE_TEST_KAFKA_PORT"]) + offset
+    return default
+
+
+SINGLE_PORT = chaos_port("CHAOS_KAFKA_PORT", 29192, CHAOS_OFFSET) + 10 * WORKER
+TRIPLE_PORT = chaos_port("CHAOS_KAFKA3_PORT", 29292, CHAOS3_OFFSET) + 10 * WORKER
 #: Workers' data dirs and logs, per Kafka port so that two runs never share one.
 WORK = ROOT / ".cache" / "chaos" / str(SINGLE_PORT)
 
@@ -72,10 +89,9 @@ def _topics(bootstrap: str) -> list[str] | None:
 def start(kafka: LocalKafka, attempts: int = 4, timeout: float = 60.0) -> None:
     """Start the nodes of the cluster that are not running; retry when one fails.
 
-    The chaos ports lie in Linux's ephemeral port range: a client that keeps
-    reconnecting to a stopped broker can get the broker's port as its own local port
-    and connect to itself (TCP self-connect), and the broker then fails to bind. Such a
-    socket lasts a moment, so waiting for the ports to be free and retrying works.
+    A port taken a moment ago (a client that kept reconnecting to the stopped broker, a
+    socket in TIME_WAIT) keeps the broker from binding it: waiting for the ports to be
+    free and retrying works.
     """
     env = {**kafka.env(), "KAFKA_START_TIMEOUT": str(int(timeout))}
     for attempt in range(1, attempts + 1):

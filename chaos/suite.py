@@ -58,10 +58,21 @@ def _kill(guarantee: str) -> Runner:
 
 
 def _rate(load: Figures) -> str:
-    return (
-        f"{load.get('acked_lines_per_s', 0):,} lines/s + {load.get('acked_events_per_s', 0):,} "
-        f"item events/s offered"
+    """What was offered over wall time, with the generator's stalls and, when the level
+    was calibrated, what the group sustained."""
+    offered = (
+        f"{load.get('offered_lines_per_s') or 0:,} lines/s + "
+        f"{load.get('offered_events_per_s') or 0:,} item events/s offered"
     )
+    calibration = load.get("calibration")
+    if calibration:
+        offered += (
+            f" (sustained {calibration['sustained_lines_per_s']:,} + "
+            f"{calibration['sustained_events_per_s']:,})"
+        )
+    if load.get("stalled_s"):
+        offered += f", generator stalled {load['stalled_s']:g} s"
+    return offered
 
 
 def _processed(rounds: list[Figures]) -> str:

@@ -188,16 +188,13 @@ class KillRun:
     def _load_row(
         self, before: LoadFigures, after: LoadFigures, begun: float, paused: float
     ) -> dict[str, Any]:
-        active = max(after.active_s - before.active_s, 1e-9)
-
-        def offered(topic: str) -> float:
-            return round((after.acked.get(topic, 0) - before.acked.get(topic, 0)) / active)
-
+        offered = after.since(before)
         return {
-            "load_s": round(active, 1),
-            "offered_lines_per_s": offered("text-lines"),
-            "offered_events_per_s": offered("item-events"),
-            "offered_payments_per_s": offered("payments"),
+            "load_s": offered["running_s"],
+            "offered_lines_per_s": offered["offered_lines_per_s"],
+            "offered_events_per_s": offered["offered_events_per_s"],
+            "offered_payments_per_s": offered["offered_payments_per_s"],
+            "generator_stalled_s": offered["stalled_s"],
             "processed_lines_per_s": self._rate("text-lines", begun, paused),
             "processed_events_per_s": self._rate("item-events", begun, paused),
         }
