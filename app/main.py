@@ -21,6 +21,7 @@ from api import create_api
 from api.server import ApiServer, LegacyWebDisabled
 from core import topics
 from core.admin import ensure_topics
+from core.logs import install_transient_states
 from core.settings import Settings
 from tables.catalog import ProductCatalog
 from tables.definitions import Tables, declare_tables
@@ -264,6 +265,7 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
 
 
 settings = Settings()
+install_transient_states(settings.log_transient_grace_s)
 app = create_app(settings)
 
 if app_package.COLLECTING:  # off while the modules were imported (app/__init__.py)
