@@ -19,6 +19,7 @@ from mode import ServiceT
 import app as app_package
 from api import create_api
 from api.server import ApiServer, LegacyWebDisabled
+from app import listen
 from core import topics
 from core.admin import ensure_topics
 from core.logs import install_transient_states
@@ -106,11 +107,13 @@ class StreamstateApp(EngineApp):
                 StandbyFlusher(self, self.wiring.engine, self.settings.standby_flush_interval)
             )
             # The worker CLI has set web_host/web_port by now; they are the canonical URL.
+            # The process took that port at its start (app/listen.py).
             deps.append(
                 ApiServer(
                     create_api(self),
                     host=self.conf.web_host,
                     port=self.conf.web_port,
+                    sock=listen.take(self.conf.web_host, self.conf.web_port),
                     loop=self.loop,
                     beacon=self.beacon,
                 )
