@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import shutil
@@ -12,7 +13,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,37 +215,77 @@ def wait_for(check: Callable[[], Any], timeout: float, interval: float = 0.5) ->
 
 _LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \[(\d+)\] \[\w+\] (.*)")
 
+#: The moments of a restart in a worker's log, in the order they come: the first line
+#: (the interpreter and the imports are done), the group joined, the assignment taken
+#: (faust then opens the partition databases), the recovery begun, the active partitions
+#: restored, faust's recovery done (standbys started, streams sought).
+MILESTONES = (
+    ("first_line", ""),
+    ("joined", "Joined group"),
+    ("assigned", "Executing _on_partitions_assigned"),
+    ("recovering", "app consumers id"),
+    ("restored", "Recovery complete"),
+    ("recovered", "Worker ready"),
+)
+
+
+def _stamp(text: str) -> float:
+    at = time.mktime(time.strptime(text[:19], "%Y-%m-%d %H:%M:%S"))
+    return at + int(text[20:]) / 1000
+
+
+def log_phases(lines: Iterable[str], pid: int, started_wall: float) -> dict[str, Any]:
+    """Where a restart's time went, from the log lines of its process ``pid``: seconds
+    from the start to the first line and between each two milestones (MILESTONES) up to
+    faust's "Worker ready", and how many times it joined meanwhile; {} when the log
+    lacks one."""
+    stamps: dict[str, float] = {}
+    joins = 0
+    for line in lines:
+        found = _LOG_LINE.match(line)
+        if found is None or int(found.group(2)) != pid:
+            continue
+        message = found.group(3)
+        joins += message.startswith("Joined group")
+        for name, marker in MILESTONES:
+            if name not in stamps and marker in message:
+                stamps[name] = _stamp(found.group(1))
+                break
+        if "recovered" in stamps:
+            break
+    if set(stamps) != {name for name, _ in MILESTONES}:
+        return {}
+    names = [name for name, _ in MILESTONES]
+    phases = {"start_to_first_log_s": round(stamps["first_line"] - started_wall, 2)}
+    for before, after in itertools.pairwise(names):
+        label = "first_log" if before == "first_line" else before
+        phases[f"{label}_to_{after}_s"] = round(stamps[after] - stamps[before], 2)
+    phases["joined_to_recovered_s"] = round(stamps["recovered"] - stamps["joined"], 2)
+    phases["joins_before_ready"] = joins
+    return phases
+
 
 def restart_phases(worker: Worker, started_wall: float) -> dict[str, Any]:
-    """Where a restart's time went, from the worker's log (its current process): until
-    its first log line (interpreter and imports), until it joined the group, until
-    faust's recovery said ready; and how many times it joined meanwhile."""
+    """:func:`log_phases` of the worker's current process."""
     process = worker.process
     if process is None:
         return {}
-    stamps: dict[str, float] = {}
-    joins = 0
-    for line in worker.log_text().splitlines():
-        found = _LOG_LINE.match(line)
-        if found is None or int(found.group(2)) != process.pid:
-            continue
-        at = time.mktime(time.strptime(found.group(1)[:19], "%Y-%m-%d %H:%M:%S"))
-        at += int(found.group(1)[20:]) / 1000
-        stamps.setdefault("first_line", at)
-        if found.group(3).startswith("Joined group"):
-            joins += 1
-            stamps.setdefault("joined", at)
-        if "Worker ready" in found.group(3):
-            stamps.setdefault("recovered", at)
-            break
-    if not {"first_line", "joined", "recovered"} <= set(stamps):
-        return {}
-    return {
-        "start_to_first_log_s": round(stamps["first_line"] - started_wall, 2),
-        "first_log_to_joined_s": round(stamps["joined"] - stamps["first_line"], 2),
-        "joined_to_recovered_s": round(stamps["recovered"] - stamps["joined"], 2),
-        "joins_before_ready": joins,
-    }
+    return log_phases(worker.log_text().splitlines(), process.pid, started_wall)
+
+
+def evictions(peers: Iterable[Worker], url: str, since_wall: float) -> int:
+    """How many times the peers removed the member ``url`` from the group since then."""
+    count = 0
+    for peer in peers:
+        for line in peer.log_text().splitlines():
+            found = _LOG_LINE.match(line)
+            if (
+                found is not None
+                and f"member {url} refused" in found.group(3)
+                and _stamp(found.group(1)) >= since_wall
+            ):
+                count += 1
+    return count
 
 
 def pid(worker: Worker) -> int | None:

@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaos.compare import TABLES, Drift
-from chaos.env import Group, crashes, group, reset, restart_phases, wait_ready, workdir
+from chaos.env import (
+    Group,
+    crashes,
+    evictions,
+    group,
+    reset,
+    restart_phases,
+    wait_ready,
+    workdir,
+)
 from chaos.lag import LagMonitor
 from chaos.load import LoadFigures, LoadLevel
 from chaos.nightly import batch_report
@@ -124,7 +133,7 @@ class KillRun:
         self._start_probe()
         assert self.probe is not None
         self.probe.avoid(victim)
-        killed = time.monotonic()
+        killed, killed_wall = time.monotonic(), time.time()
         lag_before = self.monitor.lag_at(killed)
         if kind == "kill9":
             victim.kill9()
@@ -147,6 +156,9 @@ class KillRun:
             "restart_to_ready_s": None if ready is None else round(ready - restarted, 2),
             "kill_to_ready_s": None if ready is None else round(ready - killed, 2),
             **phases,
+            "evicted": evictions(
+                [w for w in self.members if w is not victim], victim.url, killed_wall
+            ),
             **self._load_row(before, after, begun, paused),
             **self._lag_row(lag_before, begun, ready, paused, settled),
             **self._reads_row(killed, paused),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from chaos import checks
 from chaos import probe as probe_module
 from chaos.__main__ import exit_status
 from chaos.compare import TableDrift
-from chaos.env import chaos_port
+from chaos.env import chaos_port, log_phases
 from chaos.load import LoadFigures, LoadLevel
 from chaos.loadgen import MAX_OWED_S
 from chaos.loadgen import Figures as GeneratorFigures
@@ -239,3 +240,35 @@ def test_chaos_ports_follow_the_test_port_unless_set() -> None:
     assert chaos_port("CHAOS_KAFKA_PORT", 29192, 3500, test_port) == 64592
     explicit = {**test_port, "CHAOS_KAFKA_PORT": "62000"}
     assert chaos_port("CHAOS_KAFKA_PORT", 29192, 3500, explicit) == 62000
+
+
+# -- a restart's phases ----------------------------------------------------------------
+
+
+def test_a_restarts_phases_come_from_its_own_process_log_lines() -> None:
+    def line(second: float, pid: int, message: str) -> str:
+        whole, millis = int(second), round((second % 1) * 1000)
+        return f"[2026-11-26 10:00:{whole:02d},{millis:03d}] [{pid}] [INFO] {message}"
+
+    lines = [
+        line(1.0, 7, "[^Worker]: Starting..."),  # the killed process: not this restart
+        line(5.0, 9, "[^Worker]: Starting..."),
+        line(5.5, 9, "Joined group 'streamstate' (generation 4) with member_id m"),
+        line(5.6, 9, "Executing _on_partitions_assigned"),
+        line(6.4, 9, "generation id 4 app consumers id 4"),
+        line(7.0, 9, "[^---TrackedRecovery]: Recovery complete"),
+        line(7.5, 9, "[^---TrackedRecovery]: Worker ready"),
+    ]
+    started = time.mktime(time.strptime("2026-11-26 10:00:03", "%Y-%m-%d %H:%M:%S"))
+    phases = log_phases(lines, 9, started)
+    assert phases == {
+        "start_to_first_log_s": 2.0,
+        "first_log_to_joined_s": 0.5,
+        "joined_to_assigned_s": 0.1,
+        "assigned_to_recovering_s": 0.8,
+        "recovering_to_restored_s": 0.6,
+        "restored_to_recovered_s": 0.5,
+        "joined_to_recovered_s": 2.0,
+        "joins_before_ready": 1,
+    }
+    assert log_phases(lines[:-1], 9, started) == {}  # not ready yet: no figures
