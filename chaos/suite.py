@@ -195,7 +195,8 @@ def _disk_notes(r: Figures) -> list[str]:
 KILL_HOW = (
     "A load generator process (chaos/loadgen.py) offers text lines, item events and their "
     "payments at fixed rates (record batches, acks=all, idempotent; a sequence number per "
-    "record, each acknowledged batch in a ledger). Three workers; each round one of them "
+    "record, each acknowledged batch in a ledger): half of what the group sustained in a "
+    "calibration phase at the start of the scenario. Three workers; each round one of them "
     "is killed with SIGKILL at a random moment and started again at once on its data dir, "
     "the load goes on through the restart, then pauses: the group catches up (lag 0 on "
     "every topic it reads) and every table and settled-sales are compared with the truth "
