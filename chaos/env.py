@@ -273,6 +273,19 @@ def restart_phases(worker: Worker, started_wall: float) -> dict[str, Any]:
     return log_phases(worker.log_text().splitlines(), process.pid, started_wall)
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """User and system CPU seconds process ``pid`` has used so far (Linux /proc); None
+    when it cannot be read. Unlike wall time, hardly changed by other processes' load."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    # utime and stime are the 14th and 15th fields; the 3rd field follows the ")"
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+
+
 def evictions(peers: Iterable[Worker], url: str, since_wall: float) -> int:
     """How many times the peers removed the member ``url`` from the group since then."""
     count = 0

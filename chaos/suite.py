@@ -124,9 +124,11 @@ def _kill_notes(r: Figures) -> list[str]:
     if phases:
         listed = ", ".join(f"{name.removesuffix('_s')} {s:.2f} s" for name, s in phases.items())
         evicted = sum(1 for row in kills if row.get("evicted"))
+        cpu = [row["restart_cpu_s"] for row in kills if row.get("restart_cpu_s") is not None]
+        used = f" It used {median(cpu):.2f} s of CPU until ready (median)." if cpu else ""
         notes.append(
             f"Where a restart's time went (medians over the kills, from the worker's log; "
-            f"then /ready answers 200): {listed}. The restarted worker was removed from "
+            f"then /ready answers 200): {listed}.{used} The restarted worker was removed from "
             f"the group by its peers (its port refused their probes) in {evicted} of "
             f"{len(kills)} kills. Worker logs: .cache/chaos/<port>/kill-<guarantee>/."
         )

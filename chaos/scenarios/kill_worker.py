@@ -20,9 +20,11 @@ from typing import Any
 from chaos.compare import TABLES, Drift
 from chaos.env import (
     Group,
+    cpu_seconds,
     crashes,
     evictions,
     group,
+    pid,
     reset,
     restart_phases,
     wait_ready,
@@ -142,6 +144,7 @@ class KillRun:
         restarted, restarted_wall = time.monotonic(), time.time()
         victim.start()
         ready, failure = wait_ready(victim, self.plan.ready_timeout_s)
+        cpu = cpu_seconds(pid(victim)) if ready is not None else None
         phases = restart_phases(victim, restarted_wall) if ready is not None else {}
         self._fronts(self.members)
         if ready is not None:
@@ -155,6 +158,7 @@ class KillRun:
             "victim": victim.datadir.name,
             "restart_to_ready_s": None if ready is None else round(ready - restarted, 2),
             "kill_to_ready_s": None if ready is None else round(ready - killed, 2),
+            "restart_cpu_s": cpu,
             **phases,
             "evicted": evictions(
                 [w for w in self.members if w is not victim], victim.url, killed_wall
@@ -182,16 +186,25 @@ class KillRun:
             self.session.resume()
         return load.figures
 
-    def _start_probe(self) -> None:
-        """Reads begin once the tables have keys (after the first stretch of load)."""
+    def _start_probe(self, timeout: float = 120.0) -> None:
+        """Reads begin once the tables have keys (after the first stretch of load; on a
+        busy machine the group may take a while to write its first ones)."""
         if self.probe is not None:
             return
-        self.session.tables.refresh()
-        keys = {
-            "word_counts": [k.decode() for k in self.session.tables.state("word_counts")],
-            "inventory": [k.decode() for k in self.session.tables.state("inventory")],
-        }
-        self.probe = ReadProbe(sample_keys(keys, per_partition=2), self.members).start()
+        deadline = time.monotonic() + timeout
+        while True:
+            self.session.tables.refresh()
+            keys = {
+                "word_counts": [k.decode() for k in self.session.tables.state("word_counts")],
+                "inventory": [k.decode() for k in self.session.tables.state("inventory")],
+            }
+            sampled = sample_keys(keys, per_partition=2)
+            if sampled:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no key in word_counts or inventory after {timeout:g} s")
+            time.sleep(1.0)
+        self.probe = ReadProbe(sampled, self.members).start()
 
     def _fronts(self, workers: list[Worker]) -> None:
         if self.probe is not None:

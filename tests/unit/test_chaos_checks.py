@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -11,7 +12,7 @@ from chaos import checks
 from chaos import probe as probe_module
 from chaos.__main__ import exit_status
 from chaos.compare import TableDrift
-from chaos.env import chaos_port, log_phases
+from chaos.env import chaos_port, cpu_seconds, log_phases
 from chaos.load import LoadFigures, LoadLevel
 from chaos.loadgen import MAX_OWED_S
 from chaos.loadgen import Figures as GeneratorFigures
@@ -272,3 +273,15 @@ def test_a_restarts_phases_come_from_its_own_process_log_lines() -> None:
         "joins_before_ready": 1,
     }
     assert log_phases(lines[:-1], 9, started) == {}  # not ready yet: no figures
+
+
+def test_cpu_seconds_of_a_process_grow_with_its_work() -> None:
+    before = cpu_seconds(os.getpid())
+    assert before is not None
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    after = cpu_seconds(os.getpid())
+    assert after is not None
+    assert after >= before + 0.2
+    assert cpu_seconds(None) is None
