@@ -11,7 +11,6 @@ import socket
 from typing import Any
 
 from faust.contrib.asgi import AsgiService, maybe_instrument_opentelemetry
-from mode import Service
 
 from api.fastpath import KeyReads
 
@@ -51,12 +50,3 @@ class ApiServer(AsgiService):
         maybe_instrument_opentelemetry(self.asgi_app, self.opentelemetry)
         self._server = self._create_server()
         self._serve_fut = self.add_future(self._server.serve(sockets=[self._sock]))
-
-
-class LegacyWebDisabled(Service):
-    """Registered as faust's web server so that faust never starts its aiohttp stack.
-
-    ``faust worker`` turns the web server on by default and would take the port that
-    :class:`ApiServer` serves; registering any service through ``App.web_server``
-    replaces faust's stack, and this one does nothing.
-    """

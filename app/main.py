@@ -17,9 +17,8 @@ import faust
 from mode import ServiceT
 
 import app as app_package
-from api import create_api
-from api.server import ApiServer, LegacyWebDisabled
 from app import listen
+from app.web import DeferredApi, LegacyWebDisabled
 from core import topics
 from core.admin import ensure_topics
 from core.logs import install_transient_states
@@ -109,8 +108,8 @@ class StreamstateApp(EngineApp):
             # The worker CLI has set web_host/web_port by now; they are the canonical URL.
             # The process took that port at its start (app/listen.py).
             deps.append(
-                ApiServer(
-                    create_api(self),
+                DeferredApi(
+                    self,
                     host=self.conf.web_host,
                     port=self.conf.web_port,
                     sock=listen.take(self.conf.web_host, self.conf.web_port),
