@@ -81,6 +81,7 @@ def _options(app: faust.App, settings: Settings, name: str) -> dict[str, Any]:
         "partitions": settings.topic_partitions,
         "on_changelog_event": restore_counter(app, name),
         "help": name,
+        "options": {"write_buffer_size": settings.rocksdb_write_buffer_mb * 1024 * 1024},
     }
 
 
