@@ -180,13 +180,25 @@ def _counts(
             examples.append(f"{key.decode(errors='replace')}: {got.get(key)} for {want.get(key)}")
     followed = [k for k in want if traced is not None and traced(k.decode(errors="replace"))]
     lost = sum(1 for k in followed if int(got.get(k, 0)) < want[k])
+    return _drift(over, under, wrong, examples, len(want), len(followed), lost)
+
+
+def _drift(
+    over: float,
+    under: float,
+    wrong: set[Any],
+    examples: list[str],
+    expected: int,
+    traced: int = 0,
+    lost: int = 0,
+) -> TableDrift:
     return TableDrift(
         over,
         under,
         len(wrong),
         tuple(sorted(examples)[:3]),
-        len(want),
-        len(followed),
+        expected,
+        traced,
         lost,
         frozenset(wrong),
     )
@@ -218,16 +230,7 @@ def _inventory(want: dict[str, dict[str, Any]], got: dict[bytes, Any]) -> TableD
             over, under = over + max(moved, 0), under + max(-moved, 0)
         if (actual or {}).get("updated_at", 0) < (expected or {}).get("updated_at", 0):
             under += 1  # the latest event is missing
-    return TableDrift(
-        over,
-        under,
-        len(wrong),
-        tuple(sorted(examples)[:3]),
-        len(want),
-        traced,
-        lost,
-        frozenset(wrong),
-    )
+    return _drift(over, under, wrong, examples, len(want), traced, lost)
 
 
 def _sales(want: dict[tuple[str, int], list[Any]], got: dict[bytes, Any]) -> TableDrift:
@@ -246,9 +249,7 @@ def _sales(want: dict[tuple[str, int], list[Any]], got: dict[bytes, Any]) -> Tab
             wrong.add(window)
             over, under = over + max(diff, 0), under + max(-diff, 0)
             examples.append(f"{window}: {actual} for units {units}, revenue {revenue}")
-    return TableDrift(
-        over, under, len(wrong), tuple(sorted(examples)[:3]), len(want), wrong_keys=frozenset(wrong)
-    )
+    return _drift(over, under, wrong, examples, len(want))
 
 
 def _pairs(want: Counter[tuple[str, str]], settled: SettledCopy) -> TableDrift:
