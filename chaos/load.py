@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,6 +239,16 @@ class LoadProcess:
 
     def resume(self) -> LoadFigures:
         return self._command("resume", 30.0)
+
+    def wait_offering(self, timeout: float = 120.0) -> LoadFigures:
+        """The generator's first figures that show it offering (it reports once a
+        second): its process has started and connected."""
+        deadline = time.monotonic() + timeout
+        while self.figures.running_s <= 0:
+            if not self.alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the load generator offered nothing in {timeout:g} s")
+            time.sleep(0.05)
+        return self.figures
 
     def rate(self, level: LoadLevel) -> LoadFigures:
         """Offer ``level``'s rates from now on."""

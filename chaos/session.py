@@ -181,9 +181,11 @@ class Session:
 
     def calibrate(self, load: LoadProcess) -> Calibration:
         """Offer the level's rates for ``CALIBRATION_LOAD_S``, pause, and time the group
-        until it has processed all of it."""
-        started = time.monotonic()
-        time.sleep(CALIBRATION_LOAD_S)
+        from the generator's first records until it has processed all of them (the
+        generator process takes a while to start: that time is not the group's)."""
+        running = load.wait_offering().running_s
+        started = time.monotonic() - running
+        time.sleep(max(0.0, CALIBRATION_LOAD_S - running))
         offered = load.pause()
         paused = time.monotonic()
         caught_up = self.monitor.wait_caught_up(CALIBRATION_TIMEOUT_S, since=paused)

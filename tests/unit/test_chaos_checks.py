@@ -10,6 +10,7 @@ import pytest
 
 from chaos import checks
 from chaos import probe as probe_module
+from chaos import session as session_module
 from chaos.__main__ import exit_status
 from chaos.compare import TableDrift
 from chaos.env import chaos_port, cpu_seconds, log_phases
@@ -19,7 +20,7 @@ from chaos.loadgen import Figures as GeneratorFigures
 from chaos.nightly import cross_check
 from chaos.probe import Answer
 from chaos.scenarios.api_fuzz import _judge
-from chaos.session import calibrated
+from chaos.session import Session, calibrated
 
 LEVEL = {"lines_per_s": 1000.0, "events_per_s": 100.0, "source": "test"}
 
@@ -285,3 +286,32 @@ def test_cpu_seconds_of_a_process_grow_with_its_work() -> None:
     assert after is not None
     assert after >= before + 0.2
     assert cpu_seconds(None) is None
+
+
+def test_the_calibration_times_the_group_from_the_generators_first_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = {"now": 100.0}
+    monkeypatch.setattr(session_module.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(session_module.time, "sleep", lambda s: clock.update(now=clock["now"] + s))
+
+    class Load:
+        def wait_offering(self) -> LoadFigures:
+            clock["now"] += 3.0  # the generator process starts, then offers for 1 s
+            return LoadFigures(running_s=1.0)
+
+        def pause(self) -> LoadFigures:
+            acked = {"text-lines": 50_000, "item-events": 10_000}
+            return LoadFigures(acked=acked, running_s=clock["now"] - 102.0)
+
+    class Monitor:
+        def wait_caught_up(self, timeout: float, since: float) -> float:
+            return since + 15.0
+
+    session = Session.__new__(Session)
+    session.level = LoadLevel(40_000.0, 13_000.0, "bench", share=0.5)
+    session.monitor = Monitor()  # type: ignore[assignment]
+    found = session.calibrate(Load())  # type: ignore[arg-type]
+    # offered from 102 to 107 (5 s), caught up at 122: 20 s from the first record
+    assert (found.offered_s, found.processed_s, found.caught_up) == (5.0, 20.0, True)
+    assert (found.lines_per_s, found.events_per_s) == (2_500.0, 500.0)
