@@ -5,8 +5,8 @@ FastAPI, pydantic's models of the routes and the HTTP client for forwarded reads
 about a third of the CPU a worker spends importing its modules. Imported at start, that
 time would come before the worker joins its group; imported in a thread once the worker
 runs, it overlaps with the join and the restore, which mostly wait for the brokers. The
-port is taken at the process's start (app/listen.py): requests that come meanwhile wait
-in its backlog, and are served once the API is up.
+port is taken at the process's start (app/listen.py), and answered "starting" until the
+API takes it over.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import socket
 from typing import Any
 
 from mode import Service
+
+from app import listen
 
 
 class LegacyWebDisabled(Service):
@@ -53,8 +55,11 @@ class DeferredApi(Service):
         from api import create_api
         from api.server import ApiServer
 
+        api = create_api(self.worker)
+        if self.sock is not None:
+            listen.hand_over(self.sock)
         server = ApiServer(
-            create_api(self.worker),
+            api,
             host=self.host,
             port=self.port,
             sock=self.sock,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -33,15 +36,36 @@ def test_the_address_comes_from_the_worker_command_line_then_the_environment() -
     assert listen.worker_address(["faust", "-A", "app.main", "agents"], {}) is None
 
 
-def test_a_reserved_port_accepts_connections_before_any_server_runs() -> None:
+def get(port: int, path: str) -> tuple[int, dict[str, str], Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5.0)
+    try:
+        conn.request("GET", path)
+        answer = conn.getresponse()
+        return answer.status, dict(answer.getheaders()), json.loads(answer.read())
+    finally:
+        conn.close()
+
+
+def test_a_reserved_port_answers_starting_until_the_server_takes_it_over() -> None:
     port = free_port()
     command = ["faust", "-A", "app.main", "worker", "--web-port", str(port)]
     reserved = listen.reserve(command, {})
     assert reserved is not None
-    with socket.create_connection(("127.0.0.1", port), timeout=2.0):
-        pass  # accepted by the kernel into the backlog: not refused
+    assert get(port, "/health")[::2] == (200, {"status": "ok"})
+    status, headers, body = get(port, "/ready")
+    assert (status, body["status"], headers["retry-after"]) == (503, "recovering", "1")
+    status, headers, body = get(port, "/tables/word_counts/keys/the")
+    assert (status, headers["retry-after"]) == (503, "1")
+    assert "starting" in body["detail"]
     assert listen.take("127.0.0.1", port) is reserved
     assert listen.take("127.0.0.1", port) is None  # once
+    listen.hand_over(reserved)
+    # handed over: connections wait for the server, nothing answers them now
+    with socket.create_connection(("127.0.0.1", port), timeout=2.0) as waiting:
+        waiting.settimeout(0.5)
+        waiting.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        with pytest.raises(TimeoutError):
+            waiting.recv(100)
     reserved.close()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2.0)
