@@ -78,9 +78,11 @@ class Settings(BaseSettings):
     #: How often standby updates are flushed to RocksDB, in seconds.
     standby_flush_interval: float = Field(0.5, gt=0)
     #: Remove a peer from the group as soon as its port refuses connections this many
-    #: probes in a row (0.5 s apart): its process is gone (api/members.py).
+    #: probes in a row (0.5 s apart): its process is gone (api/members.py). Three span
+    #: at least a second: a worker started again at once takes its port (app/listen.py)
+    #: after Python has imported faust, about half a second of CPU, and is not removed.
     evict_dead_members: bool = True
-    dead_member_probes: int = Field(2, ge=1)
+    dead_member_probes: int = Field(3, ge=1)
     #: A state the Kafka client logs as an error but the worker waits out (a coordinator
     #: not available yet, a rebalance) is logged at INFO until it has lasted this long,
     #: in seconds, then once at WARNING (core/logs.py).
