@@ -1,6 +1,13 @@
 """Key reads: answered locally by the active copy, else by the active owner, else by a
 standby (this worker's or a peer's); 503 only when no copy answers.
 
+A copy that is not the partition's restored active copy (a standby, or an active copy
+still restoring) may not have a key yet: it answers the values it holds, with its lag,
+but never that a key is absent. Unless the read names a token or a staleness bound (then
+the copy has reached the token's position, or is within the bound, and its answer holds
+as of its position), only the active copy answers 404 for an absent key; while it cannot
+answer, the read gets 503 with ``Retry-After``.
+
 A read that arrives with the forwarding marker is answered from this worker's own copy
 or refused with 421, never forwarded again.
 """
@@ -194,15 +201,19 @@ def relayable(answer: PeerAnswer) -> bool:
     return answer.status < 500 and answer.status != 421 and isinstance(answer.body, dict)
 
 
-def trustworthy(answer: PeerAnswer) -> bool:
-    """A 200 from any copy, or a 404 from a copy known to be caught up.
+def absent(status: int, body: dict[str, Any]) -> bool:
+    """Whether an answer says the key is not there: a 404, or no window in a range."""
+    return status == 404 or (status == 200 and body.get("windows") == [])
 
-    A standby or restoring copy that lags (or cannot say its lag) may simply not have
-    received the key yet: its "absent" is not an answer.
+
+def trustworthy(answer: PeerAnswer) -> bool:
+    """A value from any copy; "absent" only from the active copy.
+
+    A standby or restoring copy may simply not have received the key yet, whatever its
+    lag says (it is measured against the changelog end it last fetched): its "absent" is
+    no answer.
     """
-    if answer.status == 200:
-        return True
-    return bool(answer.body.get("replica") == "active" or answer.body.get("offset_lag") == 0)
+    return answer.body.get("replica") == "active" or not absent(answer.status, answer.body)
 
 
 def best_answer(answers: list[PeerAnswer | None]) -> PeerAnswer | None:
@@ -467,6 +478,14 @@ class Queries:
             )
         answer = self._answer(query, copy)
         answer.body["position"] = position.as_dict()
+        unbounded = not consistency.wanted and not consistency.bounded
+        if unbounded and copy.replica != "active" and absent(answer.status, answer.body):
+            raise NoReplica(
+                f"the {copy.replica} copy of {query.table.name} partition {query.partition} "
+                f"does not hold key {query.key!r} and may not have it yet (offset_lag "
+                f"{copy.offset_lag}); only the active copy answers that a key is absent",
+                extra={"position": position.as_dict()},
+            )
         return answer
 
     def _meta(self, query: KeyQuery, replica: str, lag: int | None) -> dict[str, Any]:
@@ -502,11 +521,18 @@ class Queries:
 
     def _read_global(self, query: KeyQuery) -> Answer:
         copy = query.table.table
-        meta = self._meta(query, "global", global_lag(copy, query.partition))
+        lag = global_lag(copy, query.partition)
+        meta = self._meta(query, "global", lag)
         value = copy.document(query.key)
-        if value is None:
-            return self._absent(query, meta)
-        return Answer(200, {**meta, "value": value})
+        if value is not None:
+            return Answer(200, {**meta, "value": value})
+        if lag != 0:
+            raise NoReplica(
+                f"this worker's copy of {query.table.name} is behind partition "
+                f"{query.partition} (offset_lag {lag}): it does not hold key {query.key!r} "
+                "and may not have it yet"
+            )
+        return self._absent(query, meta)
 
 
 def global_lag(copy: Any, partition: int) -> int | None:

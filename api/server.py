@@ -7,10 +7,10 @@ table recovery, so that ``/health`` and ``/ready`` answer during a long restore
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
-from faust.contrib.asgi import AsgiService
-from mode import Service
+from faust.contrib.asgi import AsgiService, maybe_instrument_opentelemetry
 
 from api.fastpath import KeyReads
 
@@ -19,12 +19,21 @@ class ApiServer(AsgiService):
     """uvicorn inside the worker, bound to the worker's canonical host and port.
 
     Plain key reads take the lean path of :class:`~api.fastpath.KeyReads`; every other
-    request reaches the FastAPI app.
+    request reaches the FastAPI app. Given ``sock``, a socket already listening on that
+    address, it serves there instead of binding the address itself.
     """
 
     driver_version = "FastAPI/uvicorn"
 
-    def __init__(self, asgi_app: Any, *, host: str, port: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        asgi_app: Any,
+        *,
+        host: str,
+        port: int,
+        sock: socket.socket | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(
             KeyReads(asgi_app),
             host=host,
@@ -32,12 +41,12 @@ class ApiServer(AsgiService):
             uvicorn_options={"access_log": False, "timeout_keep_alive": 30},
             **kwargs,
         )
+        self._sock = sock
 
-
-class LegacyWebDisabled(Service):
-    """Registered as faust's web server so that faust never starts its aiohttp stack.
-
-    ``faust worker`` turns the web server on by default and would take the port that
-    :class:`ApiServer` serves; registering any service through ``App.web_server``
-    replaces faust's stack, and this one does nothing.
-    """
+    async def on_start(self) -> None:
+        if self._sock is None:
+            await super().on_start()
+            return
+        maybe_instrument_opentelemetry(self.asgi_app, self.opentelemetry)
+        self._server = self._create_server()
+        self._serve_fut = self.add_future(self._server.serve(sockets=[self._sock]))

@@ -1,12 +1,19 @@
 """The composition root: app.main builds the faust App that `faust -A app.main worker`
 loads. Nothing in the project imports it.
 
-Importing the worker's modules allocates much and frees almost nothing: the cyclic
-collector is off until app.main has been imported (about a tenth of the import time).
+A worker's process first takes its HTTP port (app/listen.py), so that its peers never
+take a restarting worker for a dead one. Importing the worker's modules allocates much
+and frees almost nothing: in a worker the cyclic collector is off until app.main has been
+imported (about a tenth of the import time).
 """
 
 import gc
+import os
+import sys
+
+from app import listen
 
 #: Whether the collector was on before: app.main turns it back on only then.
 COLLECTING = gc.isenabled()
-gc.disable()
+if listen.reserve(sys.argv, os.environ) is not None:
+    gc.disable()

@@ -16,10 +16,11 @@ import faust
 from mode import ServiceT
 
 import app as app_package
-from api import create_api
-from api.server import ApiServer, LegacyWebDisabled
+from app import listen
+from app.web import DeferredApi, LegacyWebDisabled
 from core import topics
 from core.admin import ensure_topics
+from core.logs import install_transient_states
 from core.settings import Settings
 from streams.corrections import corrections_pipeline
 from streams.loading import Loaded, load
@@ -104,11 +105,13 @@ class StreamstateApp(EngineApp):
                 StandbyFlusher(self, self.wiring.engine, self.settings.standby_flush_interval)
             )
             # The worker CLI has set web_host/web_port by now; they are the canonical URL.
+            # The process took that port at its start (app/listen.py).
             deps.append(
-                ApiServer(
-                    create_api(self),
+                DeferredApi(
+                    self,
                     host=self.conf.web_host,
                     port=self.conf.web_port,
+                    sock=listen.take(self.conf.web_host, self.conf.web_port),
                     loop=self.loop,
                     beacon=self.beacon,
                 )
@@ -251,6 +254,7 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
 
 
 settings = Settings()
+install_transient_states(settings.log_transient_grace_s)
 app = create_app(settings)
 
 if app_package.COLLECTING:  # off while the modules were imported (app/__init__.py)

@@ -5,12 +5,18 @@ committed, so an aborted transaction never shows), read incrementally; ``settled
 is read as a multiset of (sale, payment) pairs. A difference is split into *over* (an
 effect applied more often than its record occurs: what at_least_once may do after a
 crash) and *under* (an effect missing: what no guarantee allows).
+
+Over and under are per key, so within a key fed by many records a lost effect and a
+repeated one cancel out: under at_least_once, which repeats effects after a crash, a loss
+could hide there. The *traced* keys (chaos/workload.py) are fed by one record each, so
+nothing can make up for a loss there: each must hold at least its record's effect, and
+one that does not counts in ``traced_lost``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,7 +24,7 @@ import orjson
 
 from chaos.reader import TopicReader
 from chaos.truth import Truth
-from chaos.workload import ADJUST_UP_SKUS, RESTOCK_SKUS
+from chaos.workload import ADJUST_UP_SKUS, RESTOCK_SKUS, is_traced_sku, is_traced_word
 from core.topics import POSITION_KEY
 
 TABLES = ("word_counts", "inventory", "sales_by_category", "unsettled_sales")
@@ -87,12 +93,19 @@ class Tables:
 
 @dataclass(frozen=True)
 class TableDrift:
-    """How one table differs: units over and under, keys wrong, a few examples."""
+    """How one table differs: units over and under, keys wrong, a few examples; how many
+    keys the truth holds; of the traced keys, how many there are and how many hold less
+    than their one record; and which keys are wrong (words, stores, (category, window
+    start) or (sale, payment) pairs)."""
 
     over: float = 0
     under: float = 0
     keys_wrong: int = 0
     examples: tuple[str, ...] = ()
+    keys_expected: int = 0
+    traced: int = 0
+    traced_lost: int = 0
+    wrong_keys: frozenset[Any] = frozenset()
 
     @property
     def exact(self) -> bool:
@@ -103,6 +116,9 @@ class TableDrift:
             "over": self.over,
             "under": self.under,
             "keys_wrong": self.keys_wrong,
+            "keys_expected": self.keys_expected,
+            "traced": self.traced,
+            "traced_lost": self.traced_lost,
             "examples": list(self.examples),
         }
 
@@ -137,7 +153,9 @@ def drift(truth: Truth, tables: TableStates) -> Drift:
     """Compare every table and the settled pairs with the truth."""
     return Drift(
         {
-            "word_counts": _counts(truth.words(), tables.state("word_counts")),
+            "word_counts": _counts(
+                truth.words(), tables.state("word_counts"), traced=is_traced_word
+            ),
             "inventory": _inventory(truth.inventory, tables.state("inventory")),
             "sales_by_category": _sales(truth.sales, tables.state("sales_by_category")),
             "unsettled_sales": _counts(
@@ -148,40 +166,71 @@ def drift(truth: Truth, tables: TableStates) -> Drift:
     )
 
 
-def _counts(want: dict[bytes, int], got: dict[bytes, Any]) -> TableDrift:
-    over = under = wrong = 0
+def _counts(
+    want: dict[bytes, int], got: dict[bytes, Any], traced: Callable[[str], bool] | None = None
+) -> TableDrift:
+    over = under = 0
+    wrong: set[str] = set()
     examples = []
     for key in set(want) | set(got):
         diff = int(got.get(key, 0)) - int(want.get(key, 0))
         if diff:
-            wrong += 1
+            wrong.add(key.decode(errors="replace"))
             over, under = over + max(diff, 0), under + max(-diff, 0)
             examples.append(f"{key.decode(errors='replace')}: {got.get(key)} for {want.get(key)}")
-    return TableDrift(over, under, wrong, tuple(sorted(examples)[:3]))
+    followed = [k for k in want if traced is not None and traced(k.decode(errors="replace"))]
+    lost = sum(1 for k in followed if int(got.get(k, 0)) < want[k])
+    return _drift(over, under, wrong, examples, len(want), len(followed), lost)
+
+
+def _drift(
+    over: float,
+    under: float,
+    wrong: set[Any],
+    examples: list[str],
+    expected: int,
+    traced: int = 0,
+    lost: int = 0,
+) -> TableDrift:
+    return TableDrift(
+        over,
+        under,
+        len(wrong),
+        tuple(sorted(examples)[:3]),
+        expected,
+        traced,
+        lost,
+        frozenset(wrong),
+    )
 
 
 def _direction(sku: str) -> int:
     """+1 for skus whose stock only grows (restocks, upward adjustments), else -1."""
-    return 1 if sku in RESTOCK_SKUS or sku in ADJUST_UP_SKUS else -1
+    grows = sku in RESTOCK_SKUS or sku in ADJUST_UP_SKUS or is_traced_sku(sku)
+    return 1 if grows else -1
 
 
 def _inventory(want: dict[str, dict[str, Any]], got: dict[bytes, Any]) -> TableDrift:
-    over = under = wrong = 0
+    over = under = traced = lost = 0
+    wrong: set[str] = set()
     examples = []
     for store in {s.encode() for s in want} | set(got):
         expected, actual = want.get(store.decode()), got.get(store)
-        if expected == actual:
-            continue
-        wrong += 1
-        examples.append(f"{store.decode()}: {actual} for {expected}")
         mine = (actual or {}).get("on_hand", {})
         theirs = (expected or {}).get("on_hand", {})
+        for sku in filter(is_traced_sku, theirs):
+            traced += 1
+            lost += (mine.get(sku, 0) - theirs[sku]) * _direction(sku) < 0
+        if expected == actual:
+            continue
+        wrong.add(store.decode())
+        examples.append(f"{store.decode()}: {actual} for {expected}")
         for sku in set(mine) | set(theirs):
             moved = (mine.get(sku, 0) - theirs.get(sku, 0)) * _direction(sku)
             over, under = over + max(moved, 0), under + max(-moved, 0)
         if (actual or {}).get("updated_at", 0) < (expected or {}).get("updated_at", 0):
             under += 1  # the latest event is missing
-    return TableDrift(over, under, wrong, tuple(sorted(examples)[:3]))
+    return _drift(over, under, wrong, examples, len(want), traced, lost)
 
 
 def _sales(want: dict[tuple[str, int], list[Any]], got: dict[bytes, Any]) -> TableDrift:
@@ -189,17 +238,18 @@ def _sales(want: dict[tuple[str, int], list[Any]], got: dict[bytes, Any]) -> Tab
     for key, value in got.items():
         name, (start_s, _end_s) = orjson.loads(key)
         windows[(name, round(float(start_s) * 1000))] = value
-    over = under = wrong = 0
+    over = under = 0
+    wrong: set[tuple[str, int]] = set()
     examples = []
     for window in set(want) | set(windows):
         units, revenue = want.get(window, (0, 0.0))
         actual = windows.get(window) or {"units": 0, "revenue": 0.0}
         diff = int(actual["units"]) - units
         if diff or float(actual["revenue"]) != revenue:
-            wrong += 1
+            wrong.add(window)
             over, under = over + max(diff, 0), under + max(-diff, 0)
             examples.append(f"{window}: {actual} for units {units}, revenue {revenue}")
-    return TableDrift(over, under, wrong, tuple(sorted(examples)[:3]))
+    return _drift(over, under, wrong, examples, len(want))
 
 
 def _pairs(want: Counter[tuple[str, str]], settled: SettledCopy) -> TableDrift:
@@ -211,4 +261,15 @@ def _pairs(want: Counter[tuple[str, str]], settled: SettledCopy) -> TableDrift:
     examples += [f"unexpected {p}" for p in unexpected[:2]]
     examples += [f"repeated {p} x{n}" for p, n in got.items() if n > 1][:2]
     wrong = missing + repeated + len(unexpected) + settled.wrong_key
-    return TableDrift(repeated + len(unexpected), missing, wrong, tuple(examples))
+    # Each pair is one sale and one payment: a missing pair is a record's effect lost.
+    wrong_pairs = {p for p in want if p not in got} | {p for p, n in got.items() if n != want[p]}
+    return TableDrift(
+        repeated + len(unexpected),
+        missing,
+        wrong,
+        tuple(examples),
+        len(want),
+        len(want),
+        missing,
+        frozenset(wrong_pairs),
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import shutil
@@ -12,7 +13,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +25,29 @@ from tests.support.kafka import ROOT, WORKER, LocalKafka, running
 from tests.support.kafka_io import list_topics
 from tests.support.workers import Worker, stop_workers
 
-#: Kafka client ports of the chaos suite, below Linux's ephemeral range (32768-60999):
+#: Kafka client ports of the chaos suite, outside Linux's ephemeral range (32768-60999):
 #: workers keep reconnecting to a stopped broker, and a reconnect to a port in that range
 #: can connect to itself (TCP self-connect) and keep the broker from binding it again.
-#: Under pytest-xdist each test process takes its own ten ports (a node takes two).
-SINGLE_PORT = int(os.environ.get("CHAOS_KAFKA_PORT", "29192")) + 10 * WORKER
-TRIPLE_PORT = int(os.environ.get("CHAOS_KAFKA3_PORT", "29292")) + 10 * WORKER
+#: ``CHAOS_KAFKA_PORT`` / ``CHAOS_KAFKA3_PORT`` set them; else they follow
+#: ``STREAMSTATE_TEST_KAFKA_PORT`` (above the blocks the test modules take from it), so
+#: that one setting keeps a developer's brokers apart from everyone else's. Under
+#: pytest-xdist each test process takes its own ten ports (a node takes two).
+CHAOS_OFFSET = 3500
+CHAOS3_OFFSET = 3600
+
+
+def chaos_port(name: str, default: int, offset: int, env: Mapping[str, str] = os.environ) -> int:
+    """The first client port of a chaos cluster: ``name`` from the environment, else
+    ``STREAMSTATE_TEST_KAFKA_PORT`` + ``offset``, else ``default``."""
+    if env.get(name):
+        return int(env[name])
+    if env.get("STREAMSTATE_TEST_KAFKA_PORT"):
+        return int(env["STREAMSTATE_TEST_KAFKA_PORT"]) + offset
+    return default
+
+
+SINGLE_PORT = chaos_port("CHAOS_KAFKA_PORT", 29192, CHAOS_OFFSET) + 10 * WORKER
+TRIPLE_PORT = chaos_port("CHAOS_KAFKA3_PORT", 29292, CHAOS3_OFFSET) + 10 * WORKER
 #: Workers' data dirs and logs, per Kafka port so that two runs never share one.
 WORK = ROOT / ".cache" / "chaos" / str(SINGLE_PORT)
 
@@ -72,10 +90,9 @@ def _topics(bootstrap: str) -> list[str] | None:
 def start(kafka: LocalKafka, attempts: int = 4, timeout: float = 60.0) -> None:
     """Start the nodes of the cluster that are not running; retry when one fails.
 
-    The chaos ports lie in Linux's ephemeral port range: a client that keeps
-    reconnecting to a stopped broker can get the broker's port as its own local port
-    and connect to itself (TCP self-connect), and the broker then fails to bind. Such a
-    socket lasts a moment, so waiting for the ports to be free and retrying works.
+    A port taken a moment ago (a client that kept reconnecting to the stopped broker, a
+    socket in TIME_WAIT) keeps the broker from binding it: waiting for the ports to be
+    free and retrying works.
     """
     env = {**kafka.env(), "KAFKA_START_TIMEOUT": str(int(timeout))}
     for attempt in range(1, attempts + 1):
@@ -198,37 +215,90 @@ def wait_for(check: Callable[[], Any], timeout: float, interval: float = 0.5) ->
 
 _LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \[(\d+)\] \[\w+\] (.*)")
 
+#: The moments of a restart in a worker's log, in the order they come: the first line
+#: (the interpreter and the imports are done), the group joined, the assignment taken
+#: (faust then opens the partition databases), the recovery begun, the active partitions
+#: restored, faust's recovery done (standbys started, streams sought).
+MILESTONES = (
+    ("first_line", ""),
+    ("joined", "Joined group"),
+    ("assigned", "Executing _on_partitions_assigned"),
+    ("recovering", "app consumers id"),
+    ("restored", "Recovery complete"),
+    ("recovered", "Worker ready"),
+)
+
+
+def _stamp(text: str) -> float:
+    at = time.mktime(time.strptime(text[:19], "%Y-%m-%d %H:%M:%S"))
+    return at + int(text[20:]) / 1000
+
+
+def log_phases(lines: Iterable[str], pid: int, started_wall: float) -> dict[str, Any]:
+    """Where a restart's time went, from the log lines of its process ``pid``: seconds
+    from the start to the first line and between each two milestones (MILESTONES) up to
+    faust's "Worker ready", and how many times it joined meanwhile; {} when the log
+    lacks one."""
+    stamps: dict[str, float] = {}
+    joins = 0
+    for line in lines:
+        found = _LOG_LINE.match(line)
+        if found is None or int(found.group(2)) != pid:
+            continue
+        message = found.group(3)
+        joins += message.startswith("Joined group")
+        for name, marker in MILESTONES:
+            if name not in stamps and marker in message:
+                stamps[name] = _stamp(found.group(1))
+                break
+        if "recovered" in stamps:
+            break
+    if set(stamps) != {name for name, _ in MILESTONES}:
+        return {}
+    names = [name for name, _ in MILESTONES]
+    phases = {"start_to_first_log_s": round(stamps["first_line"] - started_wall, 2)}
+    for before, after in itertools.pairwise(names):
+        label = "first_log" if before == "first_line" else before
+        phases[f"{label}_to_{after}_s"] = round(stamps[after] - stamps[before], 2)
+    phases["joined_to_recovered_s"] = round(stamps["recovered"] - stamps["joined"], 2)
+    phases["joins_before_ready"] = joins
+    return phases
+
 
 def restart_phases(worker: Worker, started_wall: float) -> dict[str, Any]:
-    """Where a restart's time went, from the worker's log (its current process): until
-    its first log line (interpreter and imports), until it joined the group, until
-    faust's recovery said ready; and how many times it joined meanwhile."""
+    """:func:`log_phases` of the worker's current process."""
     process = worker.process
     if process is None:
         return {}
-    stamps: dict[str, float] = {}
-    joins = 0
-    for line in worker.log_text().splitlines():
-        found = _LOG_LINE.match(line)
-        if found is None or int(found.group(2)) != process.pid:
-            continue
-        at = time.mktime(time.strptime(found.group(1)[:19], "%Y-%m-%d %H:%M:%S"))
-        at += int(found.group(1)[20:]) / 1000
-        stamps.setdefault("first_line", at)
-        if found.group(3).startswith("Joined group"):
-            joins += 1
-            stamps.setdefault("joined", at)
-        if "Worker ready" in found.group(3):
-            stamps.setdefault("recovered", at)
-            break
-    if not {"first_line", "joined", "recovered"} <= set(stamps):
-        return {}
-    return {
-        "start_to_first_log_s": round(stamps["first_line"] - started_wall, 2),
-        "first_log_to_joined_s": round(stamps["joined"] - stamps["first_line"], 2),
-        "joined_to_recovered_s": round(stamps["recovered"] - stamps["joined"], 2),
-        "joins_before_ready": joins,
-    }
+    return log_phases(worker.log_text().splitlines(), process.pid, started_wall)
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User and system CPU seconds process ``pid`` has used so far (Linux /proc); None
+    when it cannot be read. Unlike wall time, hardly changed by other processes' load."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    # utime and stime are the 14th and 15th fields; the 3rd field follows the ")"
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+
+
+def evictions(peers: Iterable[Worker], url: str, since_wall: float) -> int:
+    """How many times the peers removed the member ``url`` from the group since then."""
+    count = 0
+    for peer in peers:
+        for line in peer.log_text().splitlines():
+            found = _LOG_LINE.match(line)
+            if (
+                found is not None
+                and f"member {url} refused" in found.group(3)
+                and _stamp(found.group(1)) >= since_wall
+            ):
+                count += 1
+    return count
 
 
 def pid(worker: Worker) -> int | None:

@@ -1,10 +1,13 @@
 """The load a scenario offers: its level, and the generator process that offers it.
 
-The level comes from the latest committed ``make bench`` run
-(``bench/results/summary.json``): half of what one worker processed of each pipeline on
-this machine, text lines and item events at the same time, with payments for about half
-of the sales. ``CHAOS_LINES_PER_S`` / ``CHAOS_EVENTS_PER_S`` (or ``python -m chaos
---lines-per-s/--events-per-s``) override it; the CI-sized suite uses a small fixed level.
+The full run offers each loaded scenario's group half of what it sustains: a calibration
+phase (chaos/session.py) first offers the rates of the latest committed ``make bench`` run
+(``bench/results/summary.json``, half of what one worker processed of each pipeline),
+text lines and item events at the same time with payments for about half of the sales,
+which is more than a group on this machine keeps up with, and measures what the group
+processes of it. ``CHAOS_LINES_PER_S`` / ``CHAOS_EVENTS_PER_S`` (or ``python -m chaos
+--lines-per-s/--events-per-s``) set fixed rates instead; the CI-sized suite uses a small
+fixed level.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,25 +33,39 @@ BENCH_FRACTION = 0.5
 
 @dataclass(frozen=True)
 class LoadLevel:
-    """Offered rates, and where they come from."""
+    """Offered rates, and where they come from. With ``share`` set, the rates are the
+    calibration's: a scenario offers ``share`` of what its group processed of them."""
 
     lines_per_s: float
     events_per_s: float
     source: str
+    share: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "lines_per_s": self.lines_per_s,
             "events_per_s": self.events_per_s,
             "source": self.source,
+            **({"share_of_sustained": self.share} if self.share is not None else {}),
         }
+
+    def scaled(self, lines_per_s: float, events_per_s: float, source: str) -> LoadLevel:
+        """``share`` of a measured sustained rate, as a fixed level."""
+        share = self.share if self.share is not None else 1.0
+        return LoadLevel(round(lines_per_s * share), round(events_per_s * share), source)
 
 
 #: The CI-sized level: enough to keep batches and transactions in flight at every kill.
 CI_LEVEL = LoadLevel(4000.0, 400.0, "the CI-sized level (fixed)")
 
 
-def bench_level(path: Path = BENCH_SUMMARY, fraction: float = BENCH_FRACTION) -> LoadLevel:
+#: The share of what a scenario's group sustains that the full run offers it.
+SUSTAINED_SHARE = 0.5
+
+
+def bench_level(
+    path: Path = BENCH_SUMMARY, fraction: float = BENCH_FRACTION, share: float | None = None
+) -> LoadLevel:
     """``fraction`` of the word count and inventory rates of the latest bench run."""
     summary = json.loads(path.read_text())
     lines = float(summary["wordcount"]["events_per_s"])
@@ -58,13 +76,15 @@ def bench_level(path: Path = BENCH_SUMMARY, fraction: float = BENCH_FRACTION) ->
         round(events * fraction),
         f"{fraction:.0%} of make bench at {commit} (word count {lines:,.0f} lines/s, "
         f"inventory {events:,.0f} events/s)",
+        share,
     )
 
 
 def level(quick: bool, lines: float | None = None, events: float | None = None) -> LoadLevel:
-    """The level of a run: explicit figures, else the environment, else the bench's
-    (the full run) or the CI level (quick)."""
-    base = CI_LEVEL if quick else bench_level()
+    """The level of a run: explicit figures, else the environment, else the CI level
+    (quick), else the calibration's (the full run: each scenario offers half of what its
+    group sustains of the bench's rates)."""
+    base = CI_LEVEL if quick else bench_level(share=SUSTAINED_SHARE)
     lines = lines or _env_float("CHAOS_LINES_PER_S")
     events = events or _env_float("CHAOS_EVENTS_PER_S")
     if lines is None and events is None:
@@ -91,6 +111,9 @@ class LoadFigures:
     acked: dict[str, int] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
+    running_s: float = 0.0
+    #: (running seconds at its end, seconds) of each stall of the generator
+    stalls: list[tuple[float, float]] = field(default_factory=list)
     skipped_s: float = 0.0
 
     @classmethod
@@ -102,12 +125,37 @@ class LoadFigures:
             acked=dict(report["acked"]),
             failed=dict(report["failed"]),
             errors=dict(report["errors"]),
+            running_s=float(report["running_s"]),
+            stalls=[(float(at), float(s)) for at, s in report["stalls"]],
             skipped_s=float(report["skipped_s"]),
         )
 
     @property
     def acked_total(self) -> int:
         return sum(self.acked.values())
+
+    def since(self, earlier: LoadFigures) -> dict[str, Any]:
+        """What was offered between ``earlier`` and these figures: records acknowledged
+        per second of wall time the generator was asked to offer (stalls included), and
+        its stalls."""
+        running = self.running_s - earlier.running_s
+        stalls = [s for at, s in self.stalls if at > earlier.running_s]
+
+        def rate(topic: str) -> float | None:
+            acked = self.acked.get(topic, 0) - earlier.acked.get(topic, 0)
+            return round(acked / running) if running > 0 else None
+
+        return {
+            "running_s": round(running, 1),
+            "offered_lines_per_s": rate("text-lines"),
+            "offered_events_per_s": rate("item-events"),
+            "offered_payments_per_s": rate("payments"),
+            "records_acked": self.acked_total - earlier.acked_total,
+            "records_failed": sum(self.failed.values()) - sum(earlier.failed.values()),
+            "stalls": len(stalls),
+            "stalled_s": round(self.skipped_s - earlier.skipped_s, 2),
+            "longest_stall_s": max(stalls, default=0.0),
+        }
 
 
 class LoadProcess:
@@ -176,7 +224,7 @@ class LoadProcess:
     def _command(self, command: str, timeout: float) -> LoadFigures:
         done = threading.Event()
         with self._lock:
-            self._events[command] = done
+            self._events[command.split()[0]] = done
         stdin = self.process.stdin
         assert stdin is not None
         stdin.write(f"{command}\n".encode())
@@ -191,6 +239,20 @@ class LoadProcess:
 
     def resume(self) -> LoadFigures:
         return self._command("resume", 30.0)
+
+    def wait_offering(self, timeout: float = 120.0) -> LoadFigures:
+        """The generator's first figures that show it offering (it reports once a
+        second): its process has started and connected."""
+        deadline = time.monotonic() + timeout
+        while self.figures.running_s <= 0:
+            if not self.alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the load generator offered nothing in {timeout:g} s")
+            time.sleep(0.05)
+        return self.figures
+
+    def rate(self, level: LoadLevel) -> LoadFigures:
+        """Offer ``level``'s rates from now on."""
+        return self._command(f"rate {level.lines_per_s} {level.events_per_s}", 30.0)
 
     def stop(self, timeout: float = 180.0) -> LoadFigures:
         """Stop the process (every batch in flight settled first); its last figures."""

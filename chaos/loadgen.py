@@ -12,8 +12,12 @@ ledger file, so a reader can later check that the topic holds exactly those sequ
 numbers at those offsets: nothing acknowledged lost, nothing written twice.
 
 Commands on stdin, one per line: ``pause`` (stop offering; answer once every batch in
-flight is acknowledged or failed), ``resume``, ``stop``. Every second, and after each
-command, one JSON line of figures on stdout.
+flight is acknowledged or failed), ``resume``, ``rate LINES EVENTS`` (offer these rates
+from now on), ``stop``. Every second, and after each command, one JSON line of figures on
+stdout: among them ``running_s``, the wall time the generator was asked to offer (from
+each resume to the next pause), and its stalls: ticks that came more than
+``MAX_OWED_S`` after the one before (the machine or the producer held it up), whose time
+beyond that is not offered at all (``skipped_s``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ TICK_S = 0.05
 #: A generator that falls behind (a slow broker) owes at most this much; the rest is
 #: not offered, rather than sent later as a burst.
 MAX_OWED_S = 1.0
+#: The stalls a report lists (the latest).
+MAX_STALLS = 500
 
 
 @dataclass
@@ -53,6 +59,10 @@ class Figures:
     acked: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
+    #: wall seconds asked to offer; the stalls (when, in running seconds, and how long)
+    #: and the time not offered
+    running_s: float = 0.0
+    stalls: list[tuple[float, float]] = field(default_factory=list)
     skipped_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -61,8 +71,20 @@ class Figures:
             "acked": dict(self.acked),
             "failed": dict(self.failed),
             "errors": dict(self.errors),
+            "running_s": round(self.running_s, 3),
+            "stalls": [[round(at, 2), round(s, 2)] for at, s in self.stalls[-MAX_STALLS:]],
             "skipped_s": round(self.skipped_s, 2),
         }
+
+    def elapsed(self, seconds: float) -> float:
+        """Count ``seconds`` of wall time since the last tick; the part of it the
+        generator still owes records for (at most ``MAX_OWED_S``)."""
+        self.running_s += seconds
+        if seconds <= MAX_OWED_S:
+            return seconds
+        self.stalls.append((self.running_s, seconds))
+        self.skipped_s += seconds - MAX_OWED_S
+        return MAX_OWED_S
 
 
 class Generator:
@@ -81,10 +103,8 @@ class Generator:
         self._owed = {topic: 0.0 for topic in self.rates}
 
     async def tick(self, producer: AIOKafkaProducer, elapsed: float) -> None:
-        """Offer what the rates owe for ``elapsed`` seconds of active load."""
-        if elapsed > MAX_OWED_S:
-            self.figures.skipped_s += elapsed - MAX_OWED_S
-            elapsed = MAX_OWED_S
+        """Offer what the rates owe for ``elapsed`` seconds of wall time."""
+        elapsed = self.figures.elapsed(elapsed)
         self.active_s += elapsed
         now_ms = self.clock.at(self.active_s)
         counts = {}
@@ -219,7 +239,10 @@ async def _loop(
             elif command == "resume" and not generator.running:
                 generator.running = True
                 last = time.monotonic()
-            generator.report(command)
+            elif command.startswith("rate "):
+                lines, events = command.split()[1:3]
+                generator.rates = {"text-lines": float(lines), "item-events": float(events)}
+            generator.report(command.split()[0])
         now = time.monotonic()
         if generator.running:
             await generator.tick(producer, now - last)

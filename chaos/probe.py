@@ -125,17 +125,18 @@ def failover(
 ) -> dict[str, Any]:
     """Read ``keys`` in passes through ``fronts`` until one whole pass is answered by
     active copies on workers other than ``gone``; seconds from ``since`` (the kill) to
-    the start of that pass."""
+    the end of that pass: only then is every key known to have been answered so (a pass
+    takes a while, and its first keys may have been active elsewhere long before its
+    last ones)."""
     answers: list[Answer] = []
     done_at = None
     n = 0
     while time.monotonic() - since < timeout:
-        begun = time.monotonic()
         passed = [read(fronts[(n + i) % len(fronts)], t, k) for i, (t, k) in enumerate(keys)]
         n += 1
         answers += passed
         if all(a.status == 200 and a.replica == "active" and a.served_by != gone for a in passed):
-            done_at = begun
+            done_at = max((a.at for a in passed), default=time.monotonic())
             break
     failed = [a for a in answers if a.status != 200]
     return {

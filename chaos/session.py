@@ -4,6 +4,12 @@ A :class:`Session` creates the project's topics, writes the product catalogue, s
 the load generator process when asked, and, after each pause of the load, reads the
 source topics' new records into the truth, waits until the group has caught up (lag 0 on
 every topic it reads) and compares the tables with the truth.
+
+When the level asks for it (``LoadLevel.share``), starting the load begins with a
+calibration: the generator offers the level's rates (more than the group keeps up with)
+for a few seconds and pauses; the group's processing of that backlog, from the first
+record to lag 0 on every topic it reads, is what it sustains of lines and item events
+together, and the scenario then offers its share of that.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ from tests.support.workers import Worker
 
 #: Event time should cover this much over a run: hourly windows roll, sales expire.
 EVENT_SPAN_MS = 45 * MINUTE_MS
+#: How long the calibration offers its rates, and how long it waits for the group to
+#: process them.
+CALIBRATION_LOAD_S = 5.0
+CALIBRATION_TIMEOUT_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,59 @@ class ClockPlan:
         speed = max(10.0, EVENT_SPAN_MS / 1000 / max(active_s, 1.0))
         start = int(time.time() * 1000) - int(speed * active_s * 1000) - 5 * MINUTE_MS
         return cls(start, round(speed, 1))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a group processed of a backlog offered above its means, and the level it is
+    offered from then on."""
+
+    probe: LoadLevel
+    offered_s: float
+    lines: int
+    events: int
+    processed_s: float
+    caught_up: bool
+    level: LoadLevel
+
+    @property
+    def lines_per_s(self) -> float:
+        return self.lines / self.processed_s
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.processed_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "probe": self.probe.as_dict(),
+            "offered_s": round(self.offered_s, 1),
+            "lines": self.lines,
+            "events": self.events,
+            "processed_s": round(self.processed_s, 1),
+            "caught_up": self.caught_up,
+            "sustained_lines_per_s": round(self.lines_per_s),
+            "sustained_events_per_s": round(self.events_per_s),
+        }
+
+
+def calibrated(
+    probe: LoadLevel, acked: dict[str, int], offered_s: float, processed_s: float, caught_up: bool
+) -> Calibration:
+    """The calibration of a backlog of ``acked`` records that the group took
+    ``processed_s`` to process (from the first record on; up to lag 0 when
+    ``caught_up``, else what it committed meanwhile)."""
+    lines, events = acked.get("text-lines", 0), acked.get("item-events", 0)
+    seconds = max(processed_s, 1e-3)
+    level = probe.scaled(
+        lines / seconds,
+        events / seconds,
+        f"{probe.share:.0%} of what the group sustained in this run's calibration "
+        f"({lines / seconds:,.0f} lines/s + {events / seconds:,.0f} item events/s: "
+        f"{lines:,} lines and {events:,} events offered in {offered_s:.1f} s, processed "
+        f"{'to lag 0 ' if caught_up else ''}in {seconds:.1f} s)",
+    )
+    return Calibration(probe, offered_s, lines, events, seconds, caught_up, level)
 
 
 @dataclass(frozen=True)
@@ -79,7 +142,8 @@ class Session:
         self.level = level
         self.work = work
         self.seed = seed
-        self.clock = ClockPlan.for_run(active_s)
+        calibration_s = CALIBRATION_LOAD_S if level.share is not None else 0.0
+        self.clock = ClockPlan.for_run(active_s + calibration_s)
         asyncio.run(ensure_topics(kafka.bootstrap, demo_topic_specs(8, -1), replication))
         asyncio.run(_produce_products(kafka.bootstrap, product_records(self.clock.start_ms)))
         self.truth = Truth()
@@ -90,8 +154,13 @@ class Session:
         self.tables = Tables(kafka.bootstrap)
         self.monitor = LagMonitor(kafka.bootstrap).start()
         self.load: LoadProcess | None = None
+        self.calibration: Calibration | None = None
+        #: the generator's figures when the scenario's own load began
+        self.offered_from: LoadFigures | None = None
 
     def start_load(self) -> LoadProcess:
+        """Start the generator at the session's level, after the calibration when the
+        level asks for one."""
         self.load = LoadProcess(
             self.kafka.bootstrap,
             self.level,
@@ -101,7 +170,36 @@ class Session:
             clock_start_ms=self.clock.start_ms,
             clock_speed=self.clock.speed,
         )
+        if self.level.share is not None:
+            self.calibration = self.calibrate(self.load)
+            self.level = self.calibration.level
+            self.load.rate(self.level)
+            self.offered_from = self.load.resume()
+        else:
+            self.offered_from = self.load.figures
         return self.load
+
+    def calibrate(self, load: LoadProcess) -> Calibration:
+        """Offer the level's rates for ``CALIBRATION_LOAD_S``, pause, and time the group
+        from the generator's first records until it has processed all of them (the
+        generator process takes a while to start: that time is not the group's)."""
+        running = load.wait_offering().running_s
+        started = time.monotonic() - running
+        time.sleep(max(0.0, CALIBRATION_LOAD_S - running))
+        offered = load.pause()
+        paused = time.monotonic()
+        caught_up = self.monitor.wait_caught_up(CALIBRATION_TIMEOUT_S, since=paused)
+        if caught_up is not None:
+            return calibrated(
+                self.level, offered.acked, offered.running_s, caught_up - started, True
+            )
+        committed = {
+            topic: found[0]
+            for topic in ("text-lines", "item-events")
+            if (found := self.monitor.processed(topic, started, time.monotonic())) is not None
+        }
+        seconds = time.monotonic() - started
+        return calibrated(self.level, committed, offered.running_s, seconds, False)
 
     def pause(self) -> LoadFigures:
         assert self.load is not None
@@ -167,20 +265,18 @@ class Session:
         return runs is not None and runs.holds(entry.base_offset, entry.first_seq, entry.count)
 
     def close(self) -> dict[str, Any]:
-        """Stop the load and the monitor; the planned level and what was acknowledged."""
+        """Stop the load and the monitor; the planned level, the calibration, and what
+        was offered from the end of the calibration on (over wall time, stalls
+        included)."""
         final = self.load.stop() if self.load is not None else None
         self.monitor.stop()
         figures: dict[str, Any] = {"level": self.level.as_dict()}
-        if final is not None and final.active_s > 0:
+        if self.calibration is not None:
+            figures["calibration"] = self.calibration.as_dict()
+        if final is not None and self.offered_from is not None:
             figures.update(
-                active_s=round(final.active_s, 1),
-                acked_lines_per_s=round(final.acked.get("text-lines", 0) / final.active_s),
-                acked_events_per_s=round(final.acked.get("item-events", 0) / final.active_s),
-                acked_payments_per_s=round(final.acked.get("payments", 0) / final.active_s),
-                records_acked=final.acked_total,
-                records_failed=sum(final.failed.values()),
+                **final.since(self.offered_from),
                 producer_errors=final.errors,
-                skipped_s=final.skipped_s,
                 event_clock={"start_ms": self.clock.start_ms, "speed": self.clock.speed},
             )
         return figures

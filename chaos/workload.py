@@ -9,6 +9,10 @@ The data is shaped so that a wrong table tells what went wrong:
 
 - each sku moves one way only (sold, restocked, adjusted up or adjusted down), so an
   on-hand figure above or below the truth tells a repeated event from a lost one;
+- one text line in ``TRACE_LINE_EVERY`` carries a word of its own and one item event in
+  ``TRACE_EVENT_EVERY`` restocks a sku of its own: keys fed by one record each, which a
+  duplicate of another record cannot make up for, so a lost record shows even where
+  at_least_once duplicates others into the keys it shares with them;
 - prices are dyadic (multiples of 0.25), so revenue sums are exact in any order;
 - event time is a synthetic clock faster than real time, so hourly windows roll and sales
   pass their 10-minute settling window within a run; a few sales arrive late, a few
@@ -47,6 +51,13 @@ ADJUST_DOWN_SKUS = ("ADD-1", "ADD-2")
 #: this long after the clock's start, moves each to the next category.
 RECATEGORISED = {"DAI-1": 20 * MINUTE_MS, "BAK-2": 35 * MINUTE_MS}
 STORES = tuple(f"store-{n:02d}" for n in range(48))
+#: Every so many lines and item events one is traced (17 and 67 are prime to the
+#: partition count, so the traced records spread over every partition).
+TRACE_LINE_EVERY = 17
+TRACE_EVENT_EVERY = 67
+#: Traced words and skus begin so; no other word holds a digit, no other sku this prefix.
+TRACED_WORD_PREFIX = "t0"
+TRACED_SKU_PREFIX = "TRC-"
 UNICODE_WORDS = ("straße", "café", "naïve", "ΣΟΦΙΑ", "élan", "über", "Ærø", "日本")
 
 
@@ -54,6 +65,24 @@ def partition_of(key: bytes, partitions: int = PARTITIONS) -> int:
     """Kafka's default partition of a key (murmur2, as the Java client)."""
     hashed: int = murmur2(key)
     return (hashed & 0x7FFFFFFF) % partitions
+
+
+def traced_word(run_id: str, n: int) -> str:
+    """The word that only line ``n`` of a run holds."""
+    return f"{TRACED_WORD_PREFIX}{run_id.lower()}n{n}"
+
+
+def is_traced_word(word: str) -> bool:
+    return word.startswith(TRACED_WORD_PREFIX)
+
+
+def traced_sku(run_id: str, n: int) -> str:
+    """The sku that only item event ``n`` of a run restocks."""
+    return f"{TRACED_SKU_PREFIX}{run_id}-{n}"
+
+
+def is_traced_sku(sku: str) -> bool:
+    return sku.startswith(TRACED_SKU_PREFIX)
 
 
 def vocabulary(rng: random.Random, size: int = 3000) -> list[str]:
@@ -138,12 +167,16 @@ class Workload:
         self._sale_skus = list(SALE_SKUS) * 6 + list(UNKNOWN_SKUS)
 
     def next_lines(self, count: int) -> list[Record]:
-        """``count`` lines, round-robin over the partitions."""
+        """``count`` lines, round-robin over the partitions; every ``TRACE_LINE_EVERY``-th
+        with a traced word of its own."""
         out = []
         for _ in range(count):
             n = self._line
             self._line += 1
-            out.append(Record(None, self.lines[n * 7919 % len(self.lines)], n % PARTITIONS))
+            line = self.lines[n * 7919 % len(self.lines)]
+            if n % TRACE_LINE_EVERY == 0:
+                line += b" " + traced_word(self.run_id, n).encode()
+            out.append(Record(None, line, n % PARTITIONS))
         return out
 
     def next_events(self, count: int, now_ms: int) -> list[Record]:
@@ -168,7 +201,10 @@ class Workload:
         store = STORES[self.rng.randrange(len(STORES))]
         roll = self.rng.random()
         event: dict[str, Any] = {"event_id": f"{self.run_id}-e{n}", "store_id": store}
-        if roll < 0.70:
+        if n % TRACE_EVENT_EVERY == 0:
+            sku = traced_sku(self.run_id, n)
+            event.update(sku=sku, kind="restock", quantity=self.rng.randint(1, 40), ts=now_ms)
+        elif roll < 0.70:
             event.update(self._sale(now_ms))
         elif roll < 0.85:
             sku = RESTOCK_SKUS[n % len(RESTOCK_SKUS)]

@@ -72,12 +72,24 @@ class Settings(BaseSettings):
     pipelines: str = "agents.words,agents.inventory,agents.sales,agents.settling"
     #: More pipeline modules to run, comma-separated (added to ``pipelines``).
     extra_pipelines: str = ""
+    #: Size of each table partition's RocksDB memtable, in MiB. A worker killed -9
+    #: replays the write-ahead log of every unflushed memtable when it opens its
+    #: databases again, on the way to ready; small memtables keep that log short
+    #: (RocksDB flushes them in its own threads) and cost less CPU per write here than
+    #: faust's 64 MiB.
+    rocksdb_write_buffer_mb: int = Field(4, ge=1)
     #: How often standby updates are flushed to RocksDB, in seconds.
     standby_flush_interval: float = Field(0.5, gt=0)
     #: Remove a peer from the group as soon as its port refuses connections this many
-    #: probes in a row (0.5 s apart): its process is gone (api/members.py).
+    #: probes in a row (0.5 s apart): its process is gone (api/members.py). Three span
+    #: at least a second: a worker started again at once takes its port (app/listen.py)
+    #: after Python has imported faust, about half a second of CPU, and is not removed.
     evict_dead_members: bool = True
-    dead_member_probes: int = Field(2, ge=1)
+    dead_member_probes: int = Field(3, ge=1)
+    #: A state the Kafka client logs as an error but the worker waits out (a coordinator
+    #: not available yet, a rebalance) is logged at INFO until it has lasted this long,
+    #: in seconds, then once at WARNING (core/logs.py).
+    log_transient_grace_s: float = Field(20.0, ge=0)
     #: How long a forwarded key read may take before a standby answers, in seconds.
     forward_timeout: float = Field(1.0, gt=0)
     #: The worker's garbage collector thresholds (``gc.set_threshold``): a batch cycle

@@ -16,6 +16,8 @@
 # KAFKA_DIR      data, pid files and logs (default .kafka/); delete it while stopped for a
 #                fresh cluster
 # KAFKA_HEAP     JVM heap per node (default 512m)
+# KAFKA_PROPERTIES  more broker properties, one key=value per line, written after the
+#                ones below (a later line wins): for tests of a broker set up otherwise
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -155,6 +157,9 @@ log.cleaner.backoff.ms=5000
 broker.heartbeat.interval.ms=1000
 broker.session.timeout.ms=4000
 EOF
+  if [ -n "${KAFKA_PROPERTIES:-}" ]; then
+    printf '%s\n' "$KAFKA_PROPERTIES" >>"$dir/server.properties"
+  fi
 }
 
 # A JVM of the cluster: it starts from the class-data archive, or writes one at its exit

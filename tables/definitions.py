@@ -65,6 +65,7 @@ def _declare(app: faust.App, settings: Settings, spec: TableSpec) -> Any:
         on_changelog_event=restore_counter(app, spec.name),
         help=spec.name,
         extra_topic_configs=config or None,
+        options={"write_buffer_size": settings.rocksdb_write_buffer_mb * 1024 * 1024},
     )
 
 

@@ -18,7 +18,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaos.compare import TABLES, Drift
-from chaos.env import Group, crashes, group, reset, restart_phases, wait_ready, workdir
+from chaos.env import (
+    Group,
+    cpu_seconds,
+    crashes,
+    evictions,
+    group,
+    pid,
+    reset,
+    restart_phases,
+    wait_ready,
+    workdir,
+)
 from chaos.lag import LagMonitor
 from chaos.load import LoadFigures, LoadLevel
 from chaos.nightly import batch_report
@@ -124,7 +135,7 @@ class KillRun:
         self._start_probe()
         assert self.probe is not None
         self.probe.avoid(victim)
-        killed = time.monotonic()
+        killed, killed_wall = time.monotonic(), time.time()
         lag_before = self.monitor.lag_at(killed)
         if kind == "kill9":
             victim.kill9()
@@ -133,6 +144,7 @@ class KillRun:
         restarted, restarted_wall = time.monotonic(), time.time()
         victim.start()
         ready, failure = wait_ready(victim, self.plan.ready_timeout_s)
+        cpu = cpu_seconds(pid(victim)) if ready is not None else None
         phases = restart_phases(victim, restarted_wall) if ready is not None else {}
         self._fronts(self.members)
         if ready is not None:
@@ -146,7 +158,11 @@ class KillRun:
             "victim": victim.datadir.name,
             "restart_to_ready_s": None if ready is None else round(ready - restarted, 2),
             "kill_to_ready_s": None if ready is None else round(ready - killed, 2),
+            "restart_cpu_s": cpu,
             **phases,
+            "evicted": evictions(
+                [w for w in self.members if w is not victim], victim.url, killed_wall
+            ),
             **self._load_row(before, after, begun, paused),
             **self._lag_row(lag_before, begun, ready, paused, settled),
             **self._reads_row(killed, paused),
@@ -170,16 +186,25 @@ class KillRun:
             self.session.resume()
         return load.figures
 
-    def _start_probe(self) -> None:
-        """Reads begin once the tables have keys (after the first stretch of load)."""
+    def _start_probe(self, timeout: float = 120.0) -> None:
+        """Reads begin once the tables have keys (after the first stretch of load; on a
+        busy machine the group may take a while to write its first ones)."""
         if self.probe is not None:
             return
-        self.session.tables.refresh()
-        keys = {
-            "word_counts": [k.decode() for k in self.session.tables.state("word_counts")],
-            "inventory": [k.decode() for k in self.session.tables.state("inventory")],
-        }
-        self.probe = ReadProbe(sample_keys(keys, per_partition=2), self.members).start()
+        deadline = time.monotonic() + timeout
+        while True:
+            self.session.tables.refresh()
+            keys = {
+                "word_counts": [k.decode() for k in self.session.tables.state("word_counts")],
+                "inventory": [k.decode() for k in self.session.tables.state("inventory")],
+            }
+            sampled = sample_keys(keys, per_partition=2)
+            if sampled:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no key in word_counts or inventory after {timeout:g} s")
+            time.sleep(1.0)
+        self.probe = ReadProbe(sampled, self.members).start()
 
     def _fronts(self, workers: list[Worker]) -> None:
         if self.probe is not None:
@@ -188,16 +213,13 @@ class KillRun:
     def _load_row(
         self, before: LoadFigures, after: LoadFigures, begun: float, paused: float
     ) -> dict[str, Any]:
-        active = max(after.active_s - before.active_s, 1e-9)
-
-        def offered(topic: str) -> float:
-            return round((after.acked.get(topic, 0) - before.acked.get(topic, 0)) / active)
-
+        offered = after.since(before)
         return {
-            "load_s": round(active, 1),
-            "offered_lines_per_s": offered("text-lines"),
-            "offered_events_per_s": offered("item-events"),
-            "offered_payments_per_s": offered("payments"),
+            "load_s": offered["running_s"],
+            "offered_lines_per_s": offered["offered_lines_per_s"],
+            "offered_events_per_s": offered["offered_events_per_s"],
+            "offered_payments_per_s": offered["offered_payments_per_s"],
+            "generator_stalled_s": offered["stalled_s"],
             "processed_lines_per_s": self._rate("text-lines", begun, paused),
             "processed_events_per_s": self._rate("item-events", begun, paused),
         }

@@ -1,11 +1,11 @@
 """The CI-sized chaos suite: the fault scenarios of ``make chaos`` at a smaller size.
 
-Each test runs one scenario of ``chaos/`` against its own Kafka (port 29192) and real
-worker processes, with faults under the CI load level (chaos/load.py), and asserts every
-one of that scenario's checks (chaos/checks.py). These run with the machine to themselves
-(``alone``); the scenarios without load are in test_chaos_inputs.py. The full run
-(``make chaos``) adds the three-node broker loss and runs every scenario at half the
-benchmark's throughput.
+Each test runs one scenario of ``chaos/`` against its own Kafka (chaos/env.py's port)
+and real worker processes, with faults under the CI load level (chaos/load.py), and
+asserts every one of that scenario's checks (chaos/checks.py). These run with the machine
+to themselves (``alone``); the scenarios without load are in test_chaos_inputs.py. The
+full run (``make chaos``) adds the three-node broker loss and offers each loaded scenario
+half of what its group sustained in a calibration phase.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ def test_kill9_under_load_never_under_counts_and_a_clean_stop_stays_exact(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:
     """at_least_once: one kill -9 of three workers under load; its over-count is measured
-    per table, nothing is under-counted or lost, and a SIGTERM stop adds no drift."""
+    per table, nothing is under-counted or lost (no traced record either: a key of its
+    own, which no duplicate makes up for), and a SIGTERM stop adds no drift."""
     figures = kill_worker.run(kafka, kill_plan("at_least_once", quick=True), CI_LEVEL)
     assert_checks(checks.kill_worker(figures), figures, tmp_path / "kill.json")
-    assert set(figures["over_count_per_kill"]) == set(checks.TABLES)
 
 
 def test_kill9_under_load_leaves_every_table_exact_under_exactly_once(

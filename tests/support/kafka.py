@@ -26,6 +26,8 @@ class LocalKafka:
     port: int
     brokers: int
     directory: Path
+    #: more broker properties (``key=value``), after ops/kafka.sh's own
+    properties: tuple[str, ...] = ()
 
     @property
     def bootstrap(self) -> str:
@@ -41,6 +43,7 @@ class LocalKafka:
             "KAFKA_PORT": str(self.port),
             "KAFKA_BROKERS": str(self.brokers),
             "KAFKA_DIR": str(self.directory),
+            "KAFKA_PROPERTIES": "\n".join(self.properties),
         }
 
     def up(self) -> None:
@@ -84,10 +87,12 @@ def running(pid: int) -> bool:
 
 
 @contextmanager
-def local_kafka(name: str, brokers: int = 1, port: int = TEST_PORT) -> Iterator[LocalKafka]:
+def local_kafka(
+    name: str, brokers: int = 1, port: int = TEST_PORT, properties: tuple[str, ...] = ()
+) -> Iterator[LocalKafka]:
     """Start a fresh cluster in .cache/test-kafka/<name>-<port>, and stop it afterwards."""
     directory = ROOT / ".cache" / "test-kafka" / f"{name}-{port}"
-    kafka = LocalKafka(port=port, brokers=brokers, directory=directory)
+    kafka = LocalKafka(port=port, brokers=brokers, directory=directory, properties=properties)
     kafka.kill()
     for node in range(brokers):
         require_free_port(port + 2 * node)

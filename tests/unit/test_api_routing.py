@@ -50,12 +50,11 @@ def answer(status: int, replica: str, lag: int | None, url: str = "u") -> PeerAn
 
 
 def test_best_answer_prefers_active_then_least_lag_then_found() -> None:
-    behind, fresh = answer(200, "standby", 4, "a"), answer(404, "standby", 0, "b")
+    behind, fresh = answer(200, "standby", 4, "a"), answer(200, "standby", 0, "b")
     assert best_answer([behind, fresh]) is fresh
-    active = answer(200, "active", 0, "c")
+    active = answer(404, "active", 0, "c")
     assert best_answer([fresh, active]) is active
-    found = answer(200, "standby", 0, "b")
-    assert best_answer([answer(404, "standby", 0, "a"), found]) is found
+    assert best_answer([answer(404, "standby", 0, "a"), fresh]) is fresh
     assert best_answer([answer(200, "standby", None, "a"), behind]) is behind
 
 
@@ -117,10 +116,22 @@ def test_path_segments_survive_slashes_and_dots() -> None:
     assert normalize_url("http://h:1/") == "http://h:1"
 
 
-def test_an_absent_key_from_a_lagging_copy_is_not_an_answer() -> None:
+def test_an_absent_key_is_an_answer_only_from_the_active_copy() -> None:
     assert best_answer([answer(404, "standby", 3, "a")]) is None
     assert best_answer([answer(404, "standby", None, "a")]) is None
+    # a lag of 0 is measured against the changelog end the copy last fetched: the
+    # active may have written the key since
+    assert best_answer([answer(404, "standby", 0, "a")]) is None
     found = answer(200, "standby", 3, "b")
     assert best_answer([answer(404, "standby", None, "a"), found]) is found
-    caught_up = answer(404, "standby", 0, "c")
-    assert best_answer([answer(404, "standby", 2, "a"), caught_up]) is caught_up
+    active = answer(404, "active", 0, "c")
+    assert best_answer([answer(200, "standby", 2, "a"), active]) is active
+
+
+def test_no_window_in_a_range_is_absent_too() -> None:
+    empty = PeerAnswer("a", 200, {"replica": "standby", "offset_lag": 0, "windows": []}, {})
+    assert best_answer([empty]) is None
+    held = PeerAnswer("b", 200, {"replica": "standby", "offset_lag": 1, "windows": [{}]}, {})
+    assert best_answer([empty, held]) is held
+    none_here = PeerAnswer("c", 200, {"replica": "active", "offset_lag": 0, "windows": []}, {})
+    assert best_answer([empty, none_here]) is none_here

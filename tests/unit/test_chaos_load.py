@@ -10,16 +10,22 @@ import orjson
 
 from chaos.load import AckedBatch, acked_batches, bench_level
 from chaos.loadgen import LEDGER_ENTRY, TOPICS
+from chaos.truth import words_of
 from chaos.workload import (
     ADJUST_DOWN_SKUS,
     ADJUST_UP_SKUS,
     MINUTE_MS,
+    PARTITIONS,
     RESTOCK_SKUS,
     SALE_SKUS,
     SETTLE_WINDOW_MS,
+    TRACE_EVENT_EVERY,
+    TRACE_LINE_EVERY,
     UNKNOWN_SKUS,
     Clock,
     Workload,
+    is_traced_sku,
+    is_traced_word,
     partition_of,
     product_records,
 )
@@ -39,8 +45,26 @@ def test_each_sku_moves_stock_one_way_only() -> None:
         sign = -1 if event["kind"] == "sale" else (1 if event["quantity"] > 0 else -1)
         moves.setdefault(event["sku"], set()).add(sign)
     assert all(len(signs) == 1 for signs in moves.values())
-    assert {s for s, signs in moves.items() if signs == {1}} == {*RESTOCK_SKUS, *ADJUST_UP_SKUS}
+    growing = {s for s, signs in moves.items() if signs == {1} and not is_traced_sku(s)}
+    assert growing == {*RESTOCK_SKUS, *ADJUST_UP_SKUS}
     assert set(ADJUST_DOWN_SKUS) <= set(moves)
+
+
+def test_traced_records_feed_keys_of_their_own_on_every_partition() -> None:
+    workload = Workload(seed=1, run_id="s7")
+    lines = workload.next_lines(TRACE_LINE_EVERY * 80)
+    traced = [
+        (r.partition, w) for r in lines for w in words_of(r.value.decode()) if is_traced_word(w)
+    ]
+    assert len(traced) == 80
+    assert len({w for _p, w in traced}) == 80
+    assert {p for p, _w in traced} == set(range(PARTITIONS))
+    vocabulary = {w for r in lines for w in words_of(r.value.decode()) if not is_traced_word(w)}
+    assert not any(is_traced_word(w) for w in vocabulary)
+    events = [orjson.loads(r.value) for r in workload.next_events(TRACE_EVENT_EVERY * 50, 0)]
+    skus = [e["sku"] for e in events if is_traced_sku(e["sku"])]
+    assert len(skus) == len(set(skus)) == 50
+    assert all(e["kind"] == "restock" for e in events if is_traced_sku(e["sku"]))
 
 
 def test_events_go_to_their_stores_partition_and_payments_come_due_on_their_time() -> None:

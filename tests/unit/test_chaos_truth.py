@@ -11,7 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
-from chaos.compare import SettledCopy, drift
+from chaos import checks
+from chaos.compare import SettledCopy, TableDrift, drift
 from chaos.truth import WINDOW_MS, Catalogue, SeqRuns, Truth, words_of
 
 MINUTE = 60_000
@@ -226,3 +227,46 @@ def test_settled_pairs_repeated_missing_or_unexpected_are_told_apart(
     truth = settle(Feed().sale("e1", T0).payment("p1", "e1", T0))
     found = drift(truth, States({}, Counter(got))).tables["settled-sales"]
     assert (found.over, found.under, found.exact) == (over, under, False)
+
+
+def test_a_lost_line_made_up_for_by_a_duplicate_shows_only_in_its_traced_word() -> None:
+    truth = Truth()
+    truth.add_lines(0, [Rec(b"cat dog", 0), Rec(b"cat dog t0s1n1", 1)])
+    # The traced line's effect lost, the other line's applied twice: cat and dog net out.
+    tables = {"word_counts": {b"cat": 2, b"dog": 2}}
+    found = drift(truth, States(tables, Counter())).tables["word_counts"]
+    assert (found.over, found.under) == (0, 1)
+    assert (found.traced, found.traced_lost, found.keys_wrong) == (1, 1, 1)
+    assert found.wrong_keys == {"t0s1n1"}
+    assert not checks.compared(drift_dict(found), "after the kills")[1].ok
+
+
+def test_a_traced_restock_lost_where_its_store_holds_no_other_wrong_sku() -> None:
+    truth = Truth()
+    restock = {"event_id": "e1", "store_id": "s1", "sku": "TRC-s1-1", "kind": "restock"}
+    restock.update(quantity=3, ts=T0)
+    truth.add_events(0, [Rec(orjson.dumps(restock), 0)])
+    held = {"store_id": "s1", "on_hand": {}, "updated_at": T0}
+    found = drift(truth, States({"inventory": {b"s1": held}}, Counter())).tables["inventory"]
+    assert (found.traced, found.traced_lost, found.under) == (1, 1, 3)
+    applied = {"store_id": "s1", "on_hand": {"TRC-s1-1": 3}, "updated_at": T0}
+    found = drift(truth, States({"inventory": {b"s1": applied}}, Counter())).tables["inventory"]
+    assert (found.traced, found.traced_lost, found.exact) == (1, 0, True)
+
+
+def test_the_comparison_check_fails_when_a_table_had_nothing_to_compare() -> None:
+    truth = Truth()
+    truth.add_lines(0, [Rec(b"cat t0s1n1", 0)])
+    found = drift(truth, States({"word_counts": {b"cat": 1, b"t0s1n1": 1}}, Counter()))
+    covered, traced = checks.compared(found.as_dict(), "after the kills")
+    assert found.exact
+    assert traced.ok
+    assert not covered.ok  # the truth holds no inventory, sales or pairs
+    assert not checks.compared(None, "after the kills")[0].ok
+
+
+def drift_dict(table: TableDrift) -> dict[str, Any]:
+    """A drift in which every table compared keys and only ``table`` (word_counts) has
+    the given figures."""
+    others = TableDrift(keys_expected=1, traced=1)
+    return {name: (table if name == "word_counts" else others).as_dict() for name in checks.TABLES}

@@ -184,3 +184,14 @@ def test_records_a_partition_already_holds_are_not_written_again(
     assert newer_than_stored(table.data, _changelog(tp, range(29, 33), b"x")) == _changelog(
         tp, range(31, 33), b"x"
     )
+
+
+def test_table_partitions_open_with_the_configured_memtable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STREAMSTATE_ROCKSDB_WRITE_BUFFER_MB", "2")
+    table = word_counts(monkeypatch, tmp_path)
+    assert table.data.rocksdb_options.write_buffer_size == 2 * 1024 * 1024
+    partition_db(table, 0)
+    options = next((tmp_path / "v1" / "tables").glob("word_counts-0.db/OPTIONS-*")).read_text()
+    assert "write_buffer_size=2097152" in options

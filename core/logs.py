@@ -1,0 +1,159 @@
+"""Transient states the Kafka client logs as errors, told apart from lasting ones.
+
+aiokafka logs some states a worker simply waits out at ERROR or WARNING: a group
+coordinator that is not available yet (a fresh broker creates its offsets topic and loads
+the group: tens of ``Group Coordinator Request failed: [Error 15]
+GroupCoordinatorNotAvailableError`` before the first join), or a rebalance under way
+(``Heartbeat failed ... because it is rebalancing``). Operators alert on ERROR, so the
+worker installs :class:`TransientStates` on the loggers that say these things: such a
+record is logged at INFO while its state is young; once the state has lasted
+``grace_s``, one record of it is logged at WARNING, naming what the worker waits for and
+since when; the rest stay at INFO. A state ends when none of its records came for
+``grace_s``; the next one begins a new episode.
+
+Only the records named here are touched, and only with the errors named here: any other
+record of those loggers (an authorization failure, an unexpected error) keeps its level.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+#: The aiokafka errors of a coordinator that is not there yet or has moved.
+COORDINATOR_ERRORS = frozenset(
+    {
+        "GroupCoordinatorNotAvailableError",
+        "CoordinatorNotAvailableError",
+        "NotCoordinatorForGroupError",
+        "NotCoordinatorError",
+        "GroupLoadInProgressError",
+        "CoordinatorLoadInProgressError",
+        "RequestTimedOutError",
+        "NodeNotReadyError",
+    }
+)
+
+
+def _first_arg_is_a(names: frozenset[str]) -> Callable[[logging.LogRecord], bool]:
+    def matches(record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return bool(args) and type(args[0]).__name__ in names
+
+    return matches
+
+
+def _always(record: logging.LogRecord) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Transient:
+    """Records of ``logger`` whose message template is ``template`` (and that
+    ``matches`` accepts) say that the worker waits for ``waiting_for``."""
+
+    logger: str
+    template: str
+    waiting_for: str
+    matches: Callable[[logging.LogRecord], bool] = _always
+
+
+GROUP_COORDINATOR = "aiokafka.consumer.group_coordinator"
+COORDINATOR = "the group coordinator"
+REBALANCE = "the group's rebalance to end"
+
+#: The transient states of the worker's Kafka clients.
+TRANSIENT_STATES = (
+    Transient(
+        GROUP_COORDINATOR,
+        "Group Coordinator Request failed: %s",
+        COORDINATOR,
+        _first_arg_is_a(COORDINATOR_ERRORS),
+    ),
+    Transient(
+        GROUP_COORDINATOR, "Marking the coordinator dead (node %s)for group %s.", COORDINATOR
+    ),
+    Transient(
+        GROUP_COORDINATOR,
+        "Heartbeat failed for group %s: coordinator (node %s) is either not started or not valid",
+        COORDINATOR,
+    ),
+    Transient(
+        GROUP_COORDINATOR,
+        "Heartbeat send request failed: %s. Will retry.",
+        COORDINATOR,
+        _first_arg_is_a(COORDINATOR_ERRORS),
+    ),
+    Transient(
+        GROUP_COORDINATOR, "Heartbeat failed for group %s because it is rebalancing", REBALANCE
+    ),
+)
+
+
+@dataclass
+class _Episode:
+    began: float
+    last: float
+    warned: bool = False
+
+
+class TransientStates(logging.Filter):
+    """Logs the records of transient states at INFO until their state has lasted
+    ``grace_s``, then one of them at WARNING (see the module's docstring)."""
+
+    def __init__(self, states: Iterable[Transient] = TRANSIENT_STATES, grace_s: float = 20.0):
+        super().__init__()
+        self.states = tuple(states)
+        self.grace_s = grace_s
+        self._episodes: dict[str, _Episode] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        state = self._state_of(record)
+        if state is None:
+            return True
+        with self._lock:
+            episode = self._episodes.get(state.waiting_for)
+            if episode is None or record.created - episode.last > self.grace_s:
+                episode = self._episodes[state.waiting_for] = _Episode(record.created, 0.0)
+            episode.last = record.created
+            lasted = record.created - episode.began
+            if lasted < self.grace_s or episode.warned:
+                _set_level(record, logging.INFO)
+                return True
+            episode.warned = True
+        message = record.getMessage()
+        record.msg = (
+            f"still waiting for {state.waiting_for} after {lasted:.0f} s "
+            f"(latest: {message}); until it ends such messages stay at INFO"
+        )
+        record.args = ()
+        _set_level(record, logging.WARNING)
+        return True
+
+    def _state_of(self, record: logging.LogRecord) -> Transient | None:
+        if record.levelno < logging.WARNING:
+            return None
+        for state in self.states:
+            if (
+                state.logger == record.name
+                and state.template == record.msg
+                and state.matches(record)
+            ):
+                return state
+        return None
+
+
+def _set_level(record: logging.LogRecord, level: int) -> None:
+    record.levelno = level
+    record.levelname = logging.getLevelName(level)
+
+
+def install_transient_states(grace_s: float) -> TransientStates:
+    """Put one :class:`TransientStates` on every logger that logs such states."""
+    found = TransientStates(grace_s=grace_s)
+    for name in sorted({state.logger for state in found.states}):
+        logging.getLogger(name).addFilter(found)
+    return found
