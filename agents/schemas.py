@@ -128,7 +128,7 @@ def _quick_item(raw: bytes) -> StoreEvent | None:
     when pydantic must judge it (to accept it, or to say exactly what is wrong)."""
     try:
         event = _ITEMS.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, ValueError, RecursionError):  # not UTF-8, too deep
         return None
     quantity, kind = event.quantity, event.kind
     if (quantity <= 0 and kind != "adjust") or quantity == 0:
@@ -143,7 +143,7 @@ def _quick_payment(raw: bytes) -> PaymentEvent | None:
     """As :func:`_quick_item`, for :class:`Payment`."""
     try:
         payment = _PAYMENTS.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, ValueError, RecursionError):
         return None
     payment.json = raw
     return payment

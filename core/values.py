@@ -221,6 +221,11 @@ def parse_model(model: type[M], raw: bytes | None, max_bytes: int = DEFAULT_MAX_
         raise InvalidEvent(describe(error)) from None
 
 
+def unreadable(error: Exception) -> InvalidEvent:
+    """A value a reader failed on, refused with what it raised."""
+    return InvalidEvent(f"value: cannot be read: {type(error).__name__}: {error}"[:500])
+
+
 @dataclass(frozen=True)
 class Model(Generic[T]):
     """JSON validated by a pydantic model.
@@ -241,7 +246,12 @@ class Model(Generic[T]):
 
     def parse(self, raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> T:
         if self.reader is not None:
-            return self.reader(raw, max_bytes)
+            try:
+                return self.reader(raw, max_bytes)
+            except InvalidEvent:
+                raise
+            except Exception as error:  # the reader's verdict: it cannot read the value
+                raise unreadable(error) from None
         parsed: Any = parse_model(self.model, raw, max_bytes)
         return parsed  # type: ignore[no-any-return]
 
@@ -258,6 +268,8 @@ class Model(Generic[T]):
                 append(read(raw, max_bytes))
             except InvalidEvent as error:
                 append(error)
+            except Exception as error:
+                append(unreadable(error))
         return found
 
     def encode(self, value: Any) -> bytes:

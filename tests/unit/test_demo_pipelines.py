@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from chaos.corpus import build as build_corpus
 from chaos.truth import Truth
 from chaos.workload import PARTITIONS, Workload, product_records
 from streams.testing import CRASH_POINTS, Crash, TestDriver
@@ -117,3 +118,22 @@ def test_at_least_once_counts_nothing_short_and_loses_no_pair(crash: str) -> Non
     assert all(words.get(k, 0) >= v for k, v in expected_tables(truth)["word_counts"].items())
     assert set(settled(driver)) == set(truth.pairs)
     assert len(driver.dead_letters("item-events")) >= 8
+
+
+@pytest.mark.parametrize("exactly_once", [True, False])
+def test_every_record_of_the_bad_input_corpus_is_dead_lettered_once(exactly_once: bool) -> None:
+    """Every pipeline reading a topic judges its records alike, and one of them reports
+    what it refuses: an item event that three pipelines read is dead-lettered once, even
+    when the fast reader cannot read it at all (not UTF-8, nested too deep)."""
+    driver = TestDriver(*DEMO, partitions=PARTITIONS, exactly_once=exactly_once)
+    corpus = build_corpus()
+    for record in corpus:
+        driver.produce(record.topic, record.value, key=record.key)
+    driver.run()
+    for topic in ("text-lines", "item-events", "payments", "products"):
+        sent = Counter((r.key, r.value) for r in corpus if r.topic == topic)
+        letters = driver.dead_letters(topic)
+        assert Counter((d.key, d.value) for d in letters) == sent, topic
+        reasons = [d.reason for d in letters]
+        assert all(reason and "processing failed" not in reason for reason in reasons), topic
+    assert driver.table("inventory") == {}
