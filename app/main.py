@@ -37,6 +37,7 @@ from tables.faust_adapter import (
 )
 from tables.global_table import GlobalTableService
 from tables.pipeline import Context, Pipeline, SourceSpec
+from tables.rebalances import RebalanceLog
 
 APP_ID = "streamstate"
 
@@ -55,6 +56,9 @@ class Wiring:
     inputs: dict[str, SourceSpec | None]
     engine: Engine
     connector: FaustConnector
+    #: the worker's last rebalances (a faust sensor: added before the worker starts, as
+    #: faust keeps each sensor's state from a rebalance's start to its return)
+    rebalances: RebalanceLog
 
 
 class StreamstateApp(EngineApp):
@@ -250,7 +254,9 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
 
     revoked.connect(on_revoked, weak=False)
     inputs = {topic: loaded.sources.get(topic) for topic in sorted(loaded.inputs)}
-    return Wiring(tables, global_tables, pipelines, loaded, inputs, engine, connector)
+    rebalances = RebalanceLog()
+    app.sensors.add(rebalances)
+    return Wiring(tables, global_tables, pipelines, loaded, inputs, engine, connector, rebalances)
 
 
 settings = Settings()

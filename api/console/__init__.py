@@ -32,9 +32,7 @@ class Console:
         self.worker = worker
         self.pipelines = worker.wiring.pipelines
         self.sampler = FigureSampler(lambda: engine.figures)
-        self.rebalances = RebalanceLog()
-        # Before the first rebalance: faust calls its sensors at every one.
-        worker.sensors.add(self.rebalances)
+        self.rebalances: RebalanceLog = worker.wiring.rebalances
         self.reports = WorkerReports(worker, queries, ends, self.sampler, self.rebalances)
         #: every dead-letter topic of the loaded pipelines -> its source topic
         self.dead_letter_sources = {

@@ -12,6 +12,7 @@ from core.settings import Settings
 from streams.loading import load
 from tables.engine import Engine
 from tables.pipeline import Context
+from tables.rebalances import RebalanceLog
 
 APP_ID = "streamstate"
 
@@ -32,9 +33,8 @@ def make_api(token: str | None = None, bootstrap: str = "127.0.0.1:9", **setting
             engine=Engine([], {}, None, exactly_once=False, partitions=8),  # type: ignore[arg-type]
             inputs={topic: loaded.sources.get(topic) for topic in loaded.inputs},
             pipelines=[],
+            rebalances=RebalanceLog(),
         ),
         on_partitions_revoked=SimpleNamespace(connect=lambda receiver, weak=True: None),
-        # The console's rebalance log registers as a faust sensor.
-        sensors=SimpleNamespace(add=lambda sensor: None),
     )
     return create_api(worker)

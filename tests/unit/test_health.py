@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from api.app import create_api
 from core.settings import Settings
 from tables.engine import TP, Engine
+from tables.rebalances import RebalanceLog
 from tests.support.api import APP_ID
 from tests.support.clock import Clock
 from tests.unit.test_engine import Log, MemoryTable, offer_next
@@ -44,9 +45,15 @@ def client(engine: Engine) -> TestClient:
         ),
         assignor=SimpleNamespace(assigned_actives=lambda: {TP("streamstate-t-changelog", 0)}),
         rebalancing=False,
-        wiring=SimpleNamespace(engine=engine, inputs={}, tables={}, globals={}, pipelines=[]),
+        wiring=SimpleNamespace(
+            engine=engine,
+            inputs={},
+            tables={},
+            globals={},
+            pipelines=[],
+            rebalances=RebalanceLog(),
+        ),
         on_partitions_revoked=SimpleNamespace(connect=lambda receiver, weak=True: None),
-        sensors=SimpleNamespace(add=lambda sensor: None),
     )
     return TestClient(create_api(worker))
 
