@@ -89,3 +89,17 @@ class RebalanceLog(Sensor):
         with self._lock:
             kept = list(self.rebalances)
         return [r.as_dict(now) for r in reversed(kept)]
+
+
+def attach(app: Any, log: RebalanceLog) -> None:
+    """Add ``log`` to ``app``'s sensors, also while a rebalance is under way.
+
+    faust hands every sensor, at the end of a rebalance, the state it returned at the
+    start, looked up by sensor: one added between the two (the API starts while the first
+    rebalance runs) would make faust's lookup raise KeyError and crash the worker. Such a
+    sensor is given its state as if it had seen the start.
+    """
+    app.sensors.add(log)
+    state = getattr(app, "_rebalancing_sensor_state", None)
+    if isinstance(state, dict) and log not in state:
+        state[log] = log.on_rebalance_start(app)

@@ -17,7 +17,7 @@ from api.console.sampler import FigureSampler
 from api.positions import InputEnds
 from api.queries import Queries
 from core.topics import dlq_topic
-from tables.rebalances import RebalanceLog
+from tables.rebalances import RebalanceLog, attach
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +33,8 @@ class Console:
         self.pipelines = worker.wiring.pipelines
         self.sampler = FigureSampler(lambda: engine.figures)
         self.rebalances = RebalanceLog()
-        # Before the first rebalance: faust calls its sensors at every one.
-        worker.sensors.add(self.rebalances)
+        # faust calls its sensors at every rebalance, the one under way included.
+        attach(worker, self.rebalances)
         self.reports = WorkerReports(worker, queries, ends, self.sampler, self.rebalances)
         #: every dead-letter topic of the loaded pipelines -> its source topic
         self.dead_letter_sources = {
