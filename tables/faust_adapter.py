@@ -635,8 +635,15 @@ class StandbyFlusher(Service):
 
 
 async def on_partitions_revoked(engine: Engine) -> None:
-    """Receiver of ``app.on_partitions_revoked``: the cycle in flight commits first."""
-    await engine.revoke()
+    """Receiver of ``app.on_partitions_revoked``: the cycle in flight commits first; the
+    tasks stay for the partitions that come back (:func:`on_partitions_assigned`)."""
+    await engine.suspend()
+
+
+async def on_partitions_assigned(engine: Engine, assigned: Iterable[Any]) -> None:
+    """Receiver of ``app.on_partitions_assigned``: the tasks of the partitions assigned
+    elsewhere close; the others go on as they were."""
+    await engine.keep({tp.partition for tp in assigned if tp.topic in engine.topics})
 
 
 # -- tables ---------------------------------------------------------------------------
