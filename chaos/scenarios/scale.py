@@ -134,9 +134,14 @@ def split_stalls(
             per_partition[partition] = max(per_partition[partition], seconds)
     stayed = {p: round(s, 2) for p, s in per_partition.items() if p not in moved_partitions}
     went = {p: round(s, 2) for p, s in per_partition.items() if p in moved_partitions}
+    by_topic: dict[str, dict[str, float]] = {"stayed": {}, "moved": {}}
+    for (topic, partition), seconds in stalls.items():
+        kind = by_topic["moved" if partition in moved_partitions else "stayed"]
+        kind[topic] = round(max(kind.get(topic, 0.0), seconds), 2)
     return {
         "stayed": stayed,
         "moved": went,
+        "by_topic": by_topic,
         "stayed_max_s": max(stayed.values()) if stayed else None,
         "moved_max_s": max(went.values()) if went else None,
     }

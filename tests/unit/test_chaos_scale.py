@@ -44,6 +44,10 @@ def test_stalls_split_by_partitions_that_moved_and_that_stayed() -> None:
     assert split["stayed"] == {0: 0.6}
     assert split["moved"] == {1: 4.0, 2: 0.0}
     assert (split["stayed_max_s"], split["moved_max_s"]) == (0.6, 4.0)
+    assert split["by_topic"] == {
+        "stayed": {"text-lines": 0.3, "item-events": 0.6},
+        "moved": {"text-lines": 4.0},
+    }
 
 
 def test_owners_come_from_the_active_changelog_partitions_of_each_host() -> None:
