@@ -992,7 +992,7 @@ class Engine:
                     by_partition.setdefault(tp.partition, {})[tp] = ()
             if self._kept:
                 await self._verify_kept()
-            runs = []
+            runs, starts = [], []
             for partition, fetched_here in sorted(by_partition.items()):
                 stall = self.stalls.get(partition)
                 if stall is not None and not stall.due(started):
@@ -1000,12 +1000,12 @@ class Engine:
                     continue
                 task = self.tasks.get(partition)
                 if task is None:
-                    try:
-                        await self._start(partition, fetched_here)
-                    except EngineFailure as exc:
-                        await self._stall(partition, fetched_here, exc, None)
+                    starts.append((partition, fetched_here))
                     continue
                 runs.append((task, fetched_here))
+            # The partitions a rebalance brought start together: each opens its producer
+            # (a transactional one under exactly_once) and reads its committed offsets.
+            await asyncio.gather(*(self._start_or_stall(p, f) for p, f in starts))
             if not runs:
                 return
             committed = await self._run(runs, moved)
@@ -1173,6 +1173,14 @@ class Engine:
             return
         self.limits.topics.update(found)
         self.limits.read = True
+
+    async def _start_or_stall(
+        self, partition: int, fetched: Mapping[TP, Sequence[SourceRecord]]
+    ) -> None:
+        try:
+            await self._start(partition, fetched)
+        except EngineFailure as exc:
+            await self._stall(partition, fetched, exc, None)
 
     async def _start(self, partition: int, fetched: Mapping[TP, Sequence[SourceRecord]]) -> None:
         """Set up the task of a partition this worker now holds; what was fetched for it

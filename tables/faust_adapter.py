@@ -397,46 +397,45 @@ async def _drain(app: Any, fetcher: Service) -> None:
             await engine.tick()
             if not records or consumer.should_stop:
                 continue
+            sources = {tp: batch for tp, batch in records.items() if tp.topic in engine.topics}
+            if sources and engine.failure is None:  # a failed store: nothing more processed
+                # Fetched during a rebalance (faust resumes the source partitions before
+                # it ends it) or before one: the engine seeks them back. A partition with
+                # no committed offset keeps its position through faust's seek to the
+                # committed offsets, so dropped records would not come again.
+                settled = not app.rebalancing and app.consumer_generation_id == generation
+                positions = {}
+                for tp in consumer.assignment():
+                    if tp.topic in engine.topics:
+                        position = _position(app, tp)
+                        if position is not None:
+                            positions[tp] = position
+                cycle = asyncio.ensure_future(engine.offer(sources, positions, settled=settled))
+                try:
+                    await asyncio.shield(cycle)
+                except StoreFailure as exc:
+                    engine.fail(str(exc))
+                    await engine.revoke()
+                except EngineFailure as exc:
+                    logger.warning(
+                        "%s; the tasks start again from the committed offsets in %.0f s",
+                        exc,
+                        KAFKA_RETRY_S,
+                    )
+                    await asyncio.sleep(KAFKA_RETRY_S)
+                cycle = None
+            # After the sources: faust hands changelog records to recovery and the
+            # standbys one at a time, and a standby catching up after a rebalance would
+            # otherwise hold back the partitions that process already.
             marks = consumer._thread.fetched_marks
-            sources = {}
             for tp, batch in records.items():
                 if tp.topic in engine.topics:
-                    sources[tp] = batch
                     continue
                 mark = marks.get(tp)
                 for record in batch:
                     message = consumer._to_message(tp, record)
                     message.fetched_at = mark  # checked when recovery takes it: tracked_only
                     await callback(message)
-            if not sources:
-                continue
-            # Fetched during a rebalance (faust resumes the source partitions before it
-            # ends it) or before one: the engine seeks them back. A partition with no
-            # committed offset keeps its position through faust's seek to the committed
-            # offsets, so dropped records would not come again.
-            settled = not app.rebalancing and app.consumer_generation_id == generation
-            positions = {}
-            for tp in consumer.assignment():
-                if tp.topic in engine.topics:
-                    position = _position(app, tp)
-                    if position is not None:
-                        positions[tp] = position
-            if engine.failure is not None:
-                continue  # a store failed: nothing more is processed until a restart
-            cycle = asyncio.ensure_future(engine.offer(sources, positions, settled=settled))
-            try:
-                await asyncio.shield(cycle)
-            except StoreFailure as exc:
-                engine.fail(str(exc))
-                await engine.revoke()
-            except EngineFailure as exc:
-                logger.warning(
-                    "%s; the tasks start again from the committed offsets in %.0f s",
-                    exc,
-                    KAFKA_RETRY_S,
-                )
-                await asyncio.sleep(KAFKA_RETRY_S)
-            cycle = None
     except asyncio.CancelledError:
         if cycle is not None and not cycle.done():
             # The cycle in flight commits (or fails) as a whole, unless a rebalance under

@@ -4,6 +4,7 @@ revokes every partition at every rebalance); only those assigned elsewhere close
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -16,6 +17,7 @@ from tests.unit.test_engine import (
     WORD_COUNTS,
     Log,
     LogConnector,
+    LogDelivery,
     MemoryTable,
     lines,
     offer_next,
@@ -93,3 +95,37 @@ def test_a_kept_task_the_group_committed_past_starts_again_from_the_committed_of
     assert engine.tasks[1] is not stale
     assert engine.tasks[0] is not None
     assert committed_everything(log)
+
+
+@dataclass
+class SlowOpening(LogDelivery):
+    """A producer whose start takes a while (a transactional one finds its coordinator
+    and fences its predecessor), counting how many start at once."""
+
+    starting: list[int] = field(default_factory=lambda: [0, 0])  # now, at most
+
+    async def open(self) -> None:
+        self.starting[0] += 1
+        self.starting[1] = max(self.starting[1], self.starting[0])
+        for _ in range(3):
+            await asyncio.sleep(0)
+        self.starting[0] -= 1
+        await super().open()
+
+
+@dataclass
+class SlowConnector(LogConnector):
+    starting: list[int] = field(default_factory=lambda: [0, 0])
+
+    def delivery(self, partition: int) -> LogDelivery:
+        return SlowOpening(self.log, self.exactly_once, self.fail, starting=self.starting)
+
+
+def test_the_partitions_a_rebalance_brings_start_their_tasks_together() -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    want = lines(log, TEXTS)
+    connector = SlowConnector(log, exactly_once=True)
+    engine = word_engine(connector, table)
+    run(engine, connector)
+    assert connector.starting == [0, PARTITIONS]
+    assert table.values() == dict(want)
