@@ -524,7 +524,16 @@ class FaustConnector:
 
         async def read() -> dict[TP, int | None]:
             assert consumer is not None
-            return {tp: await consumer.committed(KafkaTP(*tp)) for tp in tps}
+            # One request for all of them (AIOKafkaConsumer.committed asks one partition
+            # at a time): the tasks a rebalance brings read theirs at once.
+            found = await consumer._coordinator.fetch_committed_offsets(
+                [KafkaTP(*tp) for tp in tps]
+            )
+            offsets: dict[TP, int | None] = {}
+            for tp in tps:
+                meta = found.get(KafkaTP(*tp))
+                offsets[tp] = None if meta is None or meta.offset < 0 else meta.offset
+            return offsets
 
         found: dict[TP, int | None] = await _in_thread(self.app, read)
         return found
