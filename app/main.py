@@ -33,6 +33,7 @@ from tables.faust_adapter import (
     StandbyFlusher,
     check_versions,
     internal_channels,
+    on_partitions_assigned,
     on_partitions_revoked,
 )
 from tables.global_table import GlobalTableService
@@ -253,6 +254,12 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
         await on_partitions_revoked(engine)
 
     revoked.connect(on_revoked, weak=False)
+    assigned: Any = app.on_partitions_assigned
+
+    async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
+        await on_partitions_assigned(engine, assigned)
+
+    assigned.connect(on_assigned, weak=False)
     inputs = {topic: loaded.sources.get(topic) for topic in sorted(loaded.inputs)}
     rebalances = RebalanceLog()
     app.sensors.add(rebalances)

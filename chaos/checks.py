@@ -323,3 +323,49 @@ def lost_disk(r: dict[str, Any]) -> list[Check]:
         ),
         Check("no agent crashed", r["agent_crashes"] == 0),
     ]
+
+
+#: The longest stall the issue allows a partition that stays with its owner, one that moves.
+STAYED_STALL_S = 0.5
+MOVED_STALL_S = 1.0
+
+
+def scale(r: dict[str, Any]) -> list[Check]:
+    """Scaling a group out and in under load: every step done, both kinds of partition
+    measured, reads answered, tables exact."""
+    steps = r["steps"]
+    stayed, moved = r["stayed_longest_stall_s"], r["moved_longest_stall_s"]
+    return [
+        Check(
+            f"{r['rounds_planned']} rounds of scaling out to 3 workers and in to 2, each "
+            "step's new assignment seen in the group's metadata",
+            len(steps) == 2 * r["rounds_planned"]
+            and r["steps_settled"] == len(steps)
+            and not r["failures"],
+        ),
+        Check(
+            "every step moved some partitions and kept others, each sampled",
+            bool(steps)
+            and r["steps_with_moves"] == len(steps)
+            and all(s["stayed"] and s["samples"] > 0 for s in steps),
+        ),
+        Check(
+            f"partitions that stayed stalled at most {STAYED_STALL_S:g} s",
+            stayed is not None and stayed <= STAYED_STALL_S,
+            target=True,
+        ),
+        Check(
+            f"partitions that moved stalled at most {MOVED_STALL_S:g} s",
+            moved is not None and moved <= MOVED_STALL_S,
+            target=True,
+        ),
+        Check(
+            "no key read failed while the group scaled",
+            r["reads"] > 0 and r["reads_failed"] == 0,
+        ),
+        Check("no agent crashed", r["agent_crashes"] == 0),
+        exact(r["drift"], "after the last step and catch-up"),
+        *compared(r["drift"], "after the last step"),
+        *no_loss(r["losses"]),
+        *offered(r["load"]),
+    ]

@@ -28,6 +28,8 @@ class Answer:
     replica: str | None
     served_by: str | None
     detail: str | None = None
+    #: how long the read took
+    seconds: float | None = None
 
     def describe(self) -> str:
         return f"{self.table}/{self.key} via {self.front}: {self.status} {self.detail or ''}"
@@ -49,6 +51,7 @@ def sample_keys(tables: dict[str, list[str]], per_partition: int = 1) -> list[tu
 def read(front: Worker, table: str, key: str, timeout: float = 5.0) -> Answer:
     """One key read through ``front``; status None when it did not answer."""
     path = f"/tables/{table}/keys/{urllib.parse.quote(key, safe='')}"
+    started = time.monotonic()
     try:
         status, body = front.get(path, timeout=timeout)
     except OSError as error:
@@ -64,6 +67,7 @@ def read(front: Worker, table: str, key: str, timeout: float = 5.0) -> Answer:
         fields.get("replica"),
         str(fields.get("served_by") or "").rstrip("/") or None,
         detail,
+        time.monotonic() - started,
     )
 
 

@@ -19,8 +19,10 @@ from chaos.scenarios import (
     kill_worker,
     lost_disk,
     refusals,
+    scale,
 )
 from chaos.scenarios.kill_worker import KillPlan
+from chaos.scenarios.scale import ScalePlan
 from tests.support.kafka import LocalKafka
 
 Figures = dict[str, Any]
@@ -56,6 +58,15 @@ def kill_plan(guarantee: str, quick: bool) -> KillPlan:
 
 def _kill(guarantee: str) -> Runner:
     return lambda kafka, quick, level: kill_worker.run(kafka, kill_plan(guarantee, quick), level)
+
+
+def _scale(guarantee: str) -> Runner:
+    """Full: 3 rounds with 10 s of load after each step; quick: 1 round, 4 s."""
+    return lambda kafka, quick, level: scale.run(
+        kafka,
+        ScalePlan(guarantee, rounds=1 if quick else 3, hold_s=4.0 if quick else 10.0),
+        level,
+    )
 
 
 def _refusal(fault: str, guarantee: str) -> Runner:
@@ -331,6 +342,17 @@ SCENARIOS: dict[str, Scenario] = {
             refusals.headline,
         )
         for fault in refusals.FAULTS
+        for guarantee in ("exactly_once", "at_least_once")
+    },
+    **{
+        f"scale_{guarantee}": Scenario(
+            f"scaling out to 3 workers and back to 2 under load, {guarantee}",
+            scale.HOW,
+            1,
+            _scale(guarantee),
+            checks.scale,
+            scale.headline,
+        )
         for guarantee in ("exactly_once", "at_least_once")
     },
     "broker_loss": Scenario(

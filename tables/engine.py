@@ -44,7 +44,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -910,6 +910,9 @@ class Engine:
         #: why the engine stopped for good (a store failed), or None
         self.failure: str | None = None
         self._lock = asyncio.Lock()
+        #: tasks kept through a rebalance whose offsets are not yet checked against the
+        #: group's committed ones
+        self._kept: set[int] = set()
 
     def fail(self, reason: str) -> None:
         """Stop processing for good: a store failed (the first reason is kept)."""
@@ -935,13 +938,13 @@ class Engine:
         never start its task to seek back.
 
         ``settled`` is False when the group is rebalancing or the fetch belongs to an
-        earlier generation: the tasks close, and start again from the committed offsets
-        once the records come back. A task whose cycle fails closes and pauses on its
-        own (:meth:`process`); a failure to commit the group's offsets closes every task
+        earlier generation: nothing is applied, the records come back once it settled,
+        to the tasks the new assignment kept (:meth:`keep`) or to new ones started from
+        the committed offsets. A task whose cycle fails closes and pauses on its own
+        (:meth:`process`); a failure to commit the group's offsets closes every task
         before it is raised; a store failure is raised as it is (nothing more is
         processed)."""
         if not settled:
-            await self.revoke()
             await self.refetch(fetched)
             return
         try:
@@ -987,7 +990,9 @@ class Engine:
                     # Only transaction markers lay between: commit past them, so that a
                     # caught-up partition shows no lag.
                     by_partition.setdefault(tp.partition, {})[tp] = ()
-            runs = []
+            if self._kept:
+                await self._verify_kept()
+            runs, starts = [], []
             for partition, fetched_here in sorted(by_partition.items()):
                 stall = self.stalls.get(partition)
                 if stall is not None and not stall.due(started):
@@ -995,12 +1000,12 @@ class Engine:
                     continue
                 task = self.tasks.get(partition)
                 if task is None:
-                    try:
-                        await self._start(partition, fetched_here)
-                    except EngineFailure as exc:
-                        await self._stall(partition, fetched_here, exc, None)
+                    starts.append((partition, fetched_here))
                     continue
                 runs.append((task, fetched_here))
+            # The partitions a rebalance brought start together: each opens its producer
+            # (a transactional one under exactly_once) and reads its committed offsets.
+            await asyncio.gather(*(self._start_or_stall(p, f) for p, f in starts))
             if not runs:
                 return
             committed = await self._run(runs, moved)
@@ -1169,6 +1174,14 @@ class Engine:
         self.limits.topics.update(found)
         self.limits.read = True
 
+    async def _start_or_stall(
+        self, partition: int, fetched: Mapping[TP, Sequence[SourceRecord]]
+    ) -> None:
+        try:
+            await self._start(partition, fetched)
+        except EngineFailure as exc:
+            await self._stall(partition, fetched, exc, None)
+
     async def _start(self, partition: int, fetched: Mapping[TP, Sequence[SourceRecord]]) -> None:
         """Set up the task of a partition this worker now holds; what was fetched for it
         is dropped and fetched again from the committed offsets."""
@@ -1218,11 +1231,69 @@ class Engine:
             ", ".join(f"{tp.topic}={o}" for tp, o in sorted(committed.items())),
         )
 
+    async def suspend(self) -> None:
+        """The group is rebalancing: finish the cycle in flight (its offsets committed
+        under the generation that applied it) and keep every task. The eager protocol
+        revokes every partition at every rebalance, and most come back to the same
+        worker: their tasks go on with their producers and applied offsets, and only
+        those of the partitions that went elsewhere close (:meth:`keep`)."""
+        async with self._lock:
+            if self.tasks:
+                logger.info("tasks %s suspended for the rebalance", sorted(self.tasks))
+
+    async def keep(self, partitions: Collection[int]) -> None:
+        """The group's new assignment gives this worker ``partitions``: close the tasks
+        of the others. Every assignment passes here before anything is processed under
+        it, so a kept task's applied offsets are the partition's last ones: no other
+        worker held it in between."""
+        async with self._lock:
+            gone = {p: task for p, task in self.tasks.items() if p not in partitions}
+            for partition in gone:
+                del self.tasks[partition]
+            self._kept = set(self.tasks)
+            await asyncio.gather(*(task.delivery.close() for task in gone.values()))
+            kept = sorted(self.tasks)
+            logger.info(
+                "assignment of partitions %s: tasks %s kept, %s closed",
+                sorted(partitions),
+                kept,
+                sorted(gone),
+            )
+
+    async def _verify_kept(self) -> None:
+        """Close the kept tasks whose partitions another worker committed past their
+        applied offsets meanwhile (this worker was out of the group for a generation, its
+        session timed out): their state and producers are stale, and they start again
+        from the committed offsets. A kept task may be ahead of the committed offsets (a
+        commit refused by the rebalance): what it applied is not applied twice."""
+        kept, self._kept = self._kept, set()
+        tasks = {p: self.tasks[p] for p in kept if p in self.tasks}
+        tps = [tp for task in tasks.values() for tp in task.checkpoint.next]
+        try:
+            committed = await self.connector.committed(tps) if tps else {}
+        except Exception as exc:
+            raise EngineFailure(f"the kept tasks' committed offsets: {exc!r}") from exc
+        stale = {
+            partition
+            for partition, task in tasks.items()
+            for tp, applied in task.checkpoint.next.items()
+            if (found := committed.get(tp)) is not None and found > (applied or 0)
+        }
+        for partition in sorted(stale):
+            task = self.tasks.pop(partition)
+            await task.delivery.close()
+            logger.warning(
+                "task %d closed: the group committed past its offsets while this worker "
+                "was out of it; it starts again from the committed offsets",
+                partition,
+            )
+
     async def revoke(self) -> None:
-        """The group is rebalancing: finish the cycle in flight, then close every task
-        (a rebalance revokes all partitions; the tasks start again afterwards)."""
+        """Finish the cycle in flight, then close every task (they start again from the
+        committed offsets): at a stop, a failed store or a failed commit."""
         async with self._lock:
             tasks, self.tasks = self.tasks, {}
+            self._kept = set()
             await asyncio.gather(*(task.delivery.close() for task in tasks.values()))
             if tasks:
                 logger.info("tasks %s closed", sorted(tasks))

@@ -397,46 +397,45 @@ async def _drain(app: Any, fetcher: Service) -> None:
             await engine.tick()
             if not records or consumer.should_stop:
                 continue
+            sources = {tp: batch for tp, batch in records.items() if tp.topic in engine.topics}
+            if sources and engine.failure is None:  # a failed store: nothing more processed
+                # Fetched during a rebalance (faust resumes the source partitions before
+                # it ends it) or before one: the engine seeks them back. A partition with
+                # no committed offset keeps its position through faust's seek to the
+                # committed offsets, so dropped records would not come again.
+                settled = not app.rebalancing and app.consumer_generation_id == generation
+                positions = {}
+                for tp in consumer.assignment():
+                    if tp.topic in engine.topics:
+                        position = _position(app, tp)
+                        if position is not None:
+                            positions[tp] = position
+                cycle = asyncio.ensure_future(engine.offer(sources, positions, settled=settled))
+                try:
+                    await asyncio.shield(cycle)
+                except StoreFailure as exc:
+                    engine.fail(str(exc))
+                    await engine.revoke()
+                except EngineFailure as exc:
+                    logger.warning(
+                        "%s; the tasks start again from the committed offsets in %.0f s",
+                        exc,
+                        KAFKA_RETRY_S,
+                    )
+                    await asyncio.sleep(KAFKA_RETRY_S)
+                cycle = None
+            # After the sources: faust hands changelog records to recovery and the
+            # standbys one at a time, and a standby catching up after a rebalance would
+            # otherwise hold back the partitions that process already.
             marks = consumer._thread.fetched_marks
-            sources = {}
             for tp, batch in records.items():
                 if tp.topic in engine.topics:
-                    sources[tp] = batch
                     continue
                 mark = marks.get(tp)
                 for record in batch:
                     message = consumer._to_message(tp, record)
                     message.fetched_at = mark  # checked when recovery takes it: tracked_only
                     await callback(message)
-            if not sources:
-                continue
-            # Fetched during a rebalance (faust resumes the source partitions before it
-            # ends it) or before one: the engine seeks them back. A partition with no
-            # committed offset keeps its position through faust's seek to the committed
-            # offsets, so dropped records would not come again.
-            settled = not app.rebalancing and app.consumer_generation_id == generation
-            positions = {}
-            for tp in consumer.assignment():
-                if tp.topic in engine.topics:
-                    position = _position(app, tp)
-                    if position is not None:
-                        positions[tp] = position
-            if engine.failure is not None:
-                continue  # a store failed: nothing more is processed until a restart
-            cycle = asyncio.ensure_future(engine.offer(sources, positions, settled=settled))
-            try:
-                await asyncio.shield(cycle)
-            except StoreFailure as exc:
-                engine.fail(str(exc))
-                await engine.revoke()
-            except EngineFailure as exc:
-                logger.warning(
-                    "%s; the tasks start again from the committed offsets in %.0f s",
-                    exc,
-                    KAFKA_RETRY_S,
-                )
-                await asyncio.sleep(KAFKA_RETRY_S)
-            cycle = None
     except asyncio.CancelledError:
         if cycle is not None and not cycle.done():
             # The cycle in flight commits (or fails) as a whole, unless a rebalance under
@@ -525,7 +524,16 @@ class FaustConnector:
 
         async def read() -> dict[TP, int | None]:
             assert consumer is not None
-            return {tp: await consumer.committed(KafkaTP(*tp)) for tp in tps}
+            # One request for all of them (AIOKafkaConsumer.committed asks one partition
+            # at a time): the tasks a rebalance brings read theirs at once.
+            found = await consumer._coordinator.fetch_committed_offsets(
+                [KafkaTP(*tp) for tp in tps]
+            )
+            offsets: dict[TP, int | None] = {}
+            for tp in tps:
+                meta = found.get(KafkaTP(*tp))
+                offsets[tp] = None if meta is None or meta.offset < 0 else meta.offset
+            return offsets
 
         found: dict[TP, int | None] = await _in_thread(self.app, read)
         return found
@@ -635,8 +643,15 @@ class StandbyFlusher(Service):
 
 
 async def on_partitions_revoked(engine: Engine) -> None:
-    """Receiver of ``app.on_partitions_revoked``: the cycle in flight commits first."""
-    await engine.revoke()
+    """Receiver of ``app.on_partitions_revoked``: the cycle in flight commits first; the
+    tasks stay for the partitions that come back (:func:`on_partitions_assigned`)."""
+    await engine.suspend()
+
+
+async def on_partitions_assigned(engine: Engine, assigned: Iterable[Any]) -> None:
+    """Receiver of ``app.on_partitions_assigned``: the tasks of the partitions assigned
+    elsewhere close; the others go on as they were."""
+    await engine.keep({tp.partition for tp in assigned if tp.topic in engine.topics})
 
 
 # -- tables ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ survivor until every one is answered by an active replica again.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from bench import data
+from bench import data, wrk
 from bench.config import Sizes
 from bench.procs import Worker, run_module
 from bench.scenarios import Outcome
@@ -48,9 +49,33 @@ def wait_two_owners(a: Worker, b: Worker, keys: list[str], timeout: float) -> di
     raise TimeoutError(f"keys never spread over both workers: {counts}")
 
 
+#: The Python load generator, named in the report when it measured.
+PYTHON_TOOL = "python -m bench.loadgen"
+
+
+def load_tool() -> str:
+    """wrk when it is installed, unless ``BENCH_IQ_TOOL=python`` asks for the fallback."""
+    wanted = os.environ.get("BENCH_IQ_TOOL", "wrk")
+    if wanted not in ("wrk", "python"):
+        raise ValueError(f"BENCH_IQ_TOOL must be 'wrk' or 'python', not {wanted!r}")
+    return wrk.WRK if wanted == "wrk" and wrk.available() else PYTHON_TOOL
+
+
 def load(
     worker: Worker, keys: list[str], sizes: Sizes, work: Path, name: str, query: str = ""
 ) -> dict[str, Any]:
+    """Closed-loop reads of ``keys`` from ``worker``, by wrk or else the Python generator."""
+    if load_tool() == wrk.WRK:
+        return wrk.run(
+            worker.url,
+            TABLE,
+            keys,
+            duration_s=sizes.iq_duration_s,
+            connections=sizes.iq_connections,
+            work=work,
+            name=name,
+            query=query,
+        )
     keys_file = work / f"{name}-keys.txt"
     keys_file.write_text("\n".join(keys))
     args = ["--base", worker.url, "--table", TABLE, "--keys-file", str(keys_file)]
@@ -63,6 +88,7 @@ def load(
     if status != 0:
         raise RuntimeError(f"load generator exited {status}; see {work / 'loadgen.log'}")
     result: dict[str, Any] = orjson.loads(out.strip().splitlines()[-1])
+    result["tool"] = PYTHON_TOOL
     return result
 
 
@@ -79,19 +105,32 @@ def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome
         "local_p99_ms": local_run["latency_ms"]["p99"],
         "routed_rps": routed_run["rps"],
         "routed_p99_ms": routed_run["latency_ms"]["p99"],
+        "load_generator": local_run["tool"],
     }
     notes = [
         f"Two workers, {TABLE} with {sizes.restore_keys:,} keys; {len(local)} local and "
         f"{len(routed)} routed keys of a sample, classified by "
         f"`/metadata/tables/{TABLE}/keys/{{key}}`.",
-        f"Load: `python -m bench.loadgen`, a separate process, {sizes.iq_connections} "
-        f"keep-alive connections (aiohttp, closed loop), {sizes.iq_duration_s:.0f} s each; "
-        "rps counts 200 answers only; the load generator shares the 2 cores with both workers.",
-        f"Non-200 answers: local {local_run['failed']}, routed {routed_run['failed']}; "
-        f"replicas seen routed: {routed_run['replicas']}.",
+        f"Measured by {tool_text(local_run)}, a separate process, {sizes.iq_connections} "
+        f"keep-alive connections (closed loop), {sizes.iq_duration_s:.0f} s each, cycling "
+        "through the fixed key set; rps counts 2xx answers only; the load generator shares "
+        "the 2 cores with both workers.",
+        f"Failed reads (non-2xx or no answer): local {local_run['failed']}, routed "
+        f"{routed_run['failed']}"
+        + (f"; replicas seen routed: {routed_run['replicas']}." if routed_run["replicas"] else "."),
     ]
     details = {"local": local_run, "routed": routed_run}
     return Outcome(figures, notes, details), routed
+
+
+def tool_text(run: dict[str, Any]) -> str:
+    """How the report names the tool that measured ``run``."""
+    if run["tool"] == wrk.WRK:
+        return f"`{run['command']}` (Debian's wrk, Lua script over the keys)"
+    return (
+        f"`{PYTHON_TOOL}` (aiohttp; the fallback: wrk was not installed or "
+        "BENCH_IQ_TOOL=python asked for it)"
+    )
 
 
 async def read_all(

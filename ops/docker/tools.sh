@@ -5,6 +5,8 @@
 # - Debian's chromium opens /docs, /redoc and the console (/ui) headless, as a user would,
 #   with no host but 127.0.0.1 reachable (tests/integration/test_docs_offline.py and
 #   test_console.py, through Playwright); Playwright's own browser download is not used.
+# - Debian's wrk drives the benchmark's interactive-query reads (bench/wrk.py); without it
+#   the benchmark falls back to its Python load generator and says so in its report.
 # Installs what is missing with apt-get when run as root; otherwise says how, and the
 # browser tests fail saying the same.
 set -euo pipefail
@@ -15,6 +17,9 @@ if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev
 fi
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
   missing+=(chromium)
+fi
+if ! command -v wrk >/dev/null 2>&1; then
+  missing+=(wrk)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -20,6 +20,7 @@ import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.consumer.group_coordinator import GroupCoordinator
 from faust.stores.rocksdb import Store as RocksStore
 from faust.tables import TableManager
 from faust.tables.recovery import Recovery
@@ -113,8 +114,9 @@ def _parameters(function: Any) -> list[str]:
         (faust.App, "_leader_assignor", None),
         (faust.App, "rebalancing", None),
         (faust.App, "on_partitions_revoked", None),
+        (faust.App, "on_partitions_assigned", None),
+        (GroupCoordinator, "fetch_committed_offsets", ["self", "partitions"]),
         (faust.App, "crash", None),
-        (AIOKafkaConsumer, "committed", ["self", "partition"]),
         (AIOKafkaConsumer, "beginning_offsets", ["self", "partitions"]),
     ],
 )

@@ -16,7 +16,8 @@ import pytest
 
 from chaos import checks
 from chaos.load import CI_LEVEL
-from chaos.scenarios import broker_outage, disk, kill_worker
+from chaos.scenarios import broker_outage, disk, kill_worker, scale
+from chaos.scenarios.scale import ScalePlan
 from chaos.suite import kill_plan
 from tests.support.chaos import assert_checks, module_kafka
 from tests.support.kafka import LocalKafka
@@ -45,6 +46,16 @@ def test_kill9_under_load_leaves_every_table_exact_under_exactly_once(
     figures = kill_worker.run(kafka, kill_plan("exactly_once", quick=True), CI_LEVEL)
     assert_checks(checks.kill_worker(figures), figures, tmp_path / "kill_eos.json")
     assert figures["failover"] is not None
+
+
+def test_scaling_out_and_in_under_load_fails_no_read_and_leaves_every_table_exact(
+    kafka: LocalKafka, tmp_path: Path
+) -> None:
+    """exactly_once: 2 workers, a third joins under load and leaves with SIGTERM; every
+    step moves some partitions and keeps others, no key read fails, every table is exact
+    (the stalls are measured: their targets belong to the full run's report)."""
+    figures = scale.run(kafka, ScalePlan("exactly_once", rounds=1, hold_s=4.0), CI_LEVEL)
+    assert_checks(checks.scale(figures), figures, tmp_path / "scale.json")
 
 
 def test_workers_survive_the_broker_going_away_and_catch_up(

@@ -1,0 +1,131 @@
+"""A rebalance keeps the tasks of the partitions that come back (the eager protocol
+revokes every partition at every rebalance); only those assigned elsewhere close."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+
+from tables.engine import TP
+from tests.unit.test_engine import (
+    PARTITIONS,
+    REPARTITION_TOPIC,
+    TEXT_LINES,
+    TEXTS,
+    WORD_COUNTS,
+    Log,
+    LogConnector,
+    LogDelivery,
+    MemoryTable,
+    lines,
+    offer_next,
+    run,
+    word_engine,
+)
+
+ALL = set(range(PARTITIONS))
+
+
+def committed_everything(log: Log) -> bool:
+    return all(
+        log.committed.get(tp) == len(records)
+        for tp, records in log.records.items()
+        if tp.topic in (TEXT_LINES, REPARTITION_TOPIC)
+    )
+
+
+@pytest.mark.parametrize("exactly_once", [False, True])
+def test_a_partition_that_comes_back_keeps_its_task_and_producer(exactly_once: bool) -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    want = lines(log, TEXTS[:10])
+    connector = LogConnector(log, exactly_once)
+    engine = word_engine(connector, table)
+    run(engine, connector)
+    before = dict(engine.tasks)
+    deliveries = {p: task.delivery for p, task in before.items()}
+    assert set(before) == ALL
+
+    asyncio.run(engine.suspend())  # revoked: every partition, as the eager protocol does
+    more = lines(log, TEXTS[10:])
+    asyncio.run(offer_next(engine, connector, 3, settled=False))  # fetched mid-rebalance
+    asyncio.run(engine.keep(ALL))  # the same partitions assigned again
+    connector.positions.clear()  # the consumer starts again from the committed offsets
+    run(engine, connector)
+
+    assert engine.tasks == before
+    assert {p: t.delivery for p, t in engine.tasks.items()} == deliveries
+    assert table.values() == dict(want + more)
+    assert committed_everything(log)
+
+
+@pytest.mark.parametrize("exactly_once", [False, True])
+def test_a_partition_assigned_elsewhere_closes_its_task(exactly_once: bool) -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    lines(log, TEXTS)
+    connector = LogConnector(log, exactly_once)
+    engine = word_engine(connector, table)
+    run(engine, connector)
+    kept = engine.tasks[0]
+
+    asyncio.run(engine.suspend())
+    asyncio.run(engine.keep({0}))
+    assert engine.tasks == {0: kept}
+
+
+def test_a_kept_task_the_group_committed_past_starts_again_from_the_committed_offsets() -> None:
+    # This worker's session timed out: another worker applied and committed partition 1
+    # in a generation without it, then the partition came back.
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    lines(log, TEXTS[:10])
+    connector = LogConnector(log, exactly_once=False)
+    engine = word_engine(connector, table)
+    run(engine, connector)
+    stale = engine.tasks[1]
+    asyncio.run(engine.suspend())
+    asyncio.run(engine.keep(ALL))
+    elsewhere = TP(TEXT_LINES, 1)
+    log.append(elsewhere, None, b"applied elsewhere")
+    log.committed[elsewhere] = len(log.records[elsewhere])
+    lines(log, TEXTS[10:])
+    connector.positions.clear()
+    run(engine, connector)
+
+    assert engine.tasks[1] is not stale
+    assert engine.tasks[0] is not None
+    assert committed_everything(log)
+
+
+@dataclass
+class SlowOpening(LogDelivery):
+    """A producer whose start takes a while (a transactional one finds its coordinator
+    and fences its predecessor), counting how many start at once."""
+
+    starting: list[int] = field(default_factory=lambda: [0, 0])  # now, at most
+
+    async def open(self) -> None:
+        self.starting[0] += 1
+        self.starting[1] = max(self.starting[1], self.starting[0])
+        for _ in range(3):
+            await asyncio.sleep(0)
+        self.starting[0] -= 1
+        await super().open()
+
+
+@dataclass
+class SlowConnector(LogConnector):
+    starting: list[int] = field(default_factory=lambda: [0, 0])
+
+    def delivery(self, partition: int) -> LogDelivery:
+        return SlowOpening(self.log, self.exactly_once, self.fail, starting=self.starting)
+
+
+def test_the_partitions_a_rebalance_brings_start_their_tasks_together() -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    want = lines(log, TEXTS)
+    connector = SlowConnector(log, exactly_once=True)
+    engine = word_engine(connector, table)
+    run(engine, connector)
+    assert connector.starting == [0, PARTITIONS]
+    assert table.values() == dict(want)
