@@ -30,12 +30,15 @@ from tables.faust_adapter import (
     EngineApp,
     EngineService,
     FaustConnector,
+    FaustMembership,
+    FaustTableStore,
     StandbyFlusher,
     check_versions,
     internal_channels,
     on_partitions_revoked,
 )
 from tables.global_table import GlobalTableService
+from tables.membership import ServedTable, WorkerView
 from tables.pipeline import Context, Pipeline, SourceSpec
 
 APP_ID = "streamstate"
@@ -54,6 +57,8 @@ class Wiring:
     #: the topics records may be written to (POST /topics), with their declared types
     inputs: dict[str, SourceSpec | None]
     engine: Engine
+    #: every table's store, by name: the engine writes through them, the API reads
+    stores: dict[str, FaustTableStore]
     connector: FaustConnector
 
 
@@ -67,6 +72,23 @@ class StreamstateApp(EngineApp):
     @property
     def engine(self) -> Engine:
         return self.wiring.engine
+
+    def view(self) -> WorkerView:
+        """What the HTTP API is given of this worker."""
+        wiring = self.wiring
+        return WorkerView(
+            settings=self.settings,
+            membership=FaustMembership(self, bootstrap=self.settings.bootstrap_servers),
+            engine=wiring.engine,
+            stores=wiring.stores,
+            served={
+                name: ServedTable(name, info.kind, self.settings.topic_partitions, info.spec.window)
+                for name, info in wiring.tables.infos().items()
+            },
+            globals=wiring.globals,
+            inputs=wiring.inputs,
+            pipelines=wiring.pipelines,
+        )
 
     async def on_first_start(self) -> None:
         await super().on_first_start()
@@ -108,7 +130,7 @@ class StreamstateApp(EngineApp):
             # The process took that port at its start (app/listen.py).
             deps.append(
                 DeferredApi(
-                    self,
+                    self.view(),
                     host=self.conf.web_host,
                     port=self.conf.web_port,
                     sock=listen.take(self.conf.web_host, self.conf.web_port),
@@ -250,7 +272,7 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
 
     revoked.connect(on_revoked, weak=False)
     inputs = {topic: loaded.sources.get(topic) for topic in sorted(loaded.inputs)}
-    return Wiring(tables, global_tables, pipelines, loaded, inputs, engine, connector)
+    return Wiring(tables, global_tables, pipelines, loaded, inputs, engine, stores, connector)
 
 
 settings = Settings()

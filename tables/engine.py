@@ -144,6 +144,15 @@ class TableStore(Protocol):
         ...
 
 
+class ServedStore(TableStore, Protocol):
+    """A table store the query layer reads too, through :meth:`partition` and
+    :meth:`position`, as the engine does."""
+
+    def persisted_offset(self, partition: int) -> int | None:
+        """The last changelog offset the partition holds (None: none yet)."""
+        ...
+
+
 class Delivery(Protocol):
     """How one task's cycles reach Kafka."""
 
