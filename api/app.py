@@ -52,7 +52,7 @@ def create_api(worker: WorkerView) -> FastAPI:
         settings.bootstrap_servers,
         engine.topics,
         settings.topic_partitions,
-        read_committed=engine.exactly_once,
+        read_committed=settings.exactly_once,
     )
     inputs = dict(worker.inputs)
     positions = Positions(engine.lineage, settings.topic_partitions, inputs, ends)

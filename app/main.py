@@ -176,7 +176,7 @@ def create_app(settings: Settings) -> StreamstateApp:
     conf: Any = app.conf
     conf.processing_guarantee = "at_least_once"
     app.settings = settings
-    app.read_committed = settings.processing_guarantee == "exactly_once"
+    app.read_committed = settings.exactly_once
     app.web_server(LegacyWebDisabled)
     app.wiring = build(app, settings)
     return app
@@ -244,14 +244,16 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
     if corrections is not None:
         pipelines.append(corrections)
     tables = declare_tables(app, settings, [spec for p in pipelines for spec in p.writes])
-    exactly_once = settings.processing_guarantee == "exactly_once"
 
     async def prepare() -> None:
         for table in global_tables.values():
             await table.wait_caught_up()
 
     connector = FaustConnector(
-        app, bootstrap=settings.bootstrap_servers, exactly_once=exactly_once, prepare=prepare
+        app,
+        bootstrap=settings.bootstrap_servers,
+        exactly_once=settings.exactly_once,
+        prepare=prepare,
     )
     stores = tables.stores()
     connector.watch_tables([store.changelog_topic for store in stores.values()])
@@ -259,7 +261,7 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
         pipelines,
         stores,
         connector,
-        exactly_once=exactly_once,
+        exactly_once=settings.exactly_once,
         partitions=settings.topic_partitions,
     )
     # The group subscribes to every topic the engine reads.

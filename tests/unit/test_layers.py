@@ -104,3 +104,41 @@ def test_the_door_check_sees_faust_and_private_attributes(tmp_path: Path) -> Non
         "2: import mode",
         "4: table.data._dbs",
     ]
+
+
+PACKAGES = ("core", "tables", "streams", "agents", "api", "jobs", "app")
+
+
+def guarantee_decisions(path: Path) -> list[int]:
+    """Lines of a module that work out the processing guarantee from its setting
+    (a comparison with ``.processing_guarantee``) instead of reading
+    ``Settings.exactly_once``."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if isinstance(node, ast.Compare)
+        and any(
+            isinstance(part, ast.Attribute) and part.attr == "processing_guarantee"
+            for part in (node.left, *node.comparators)
+        )
+    ]
+
+
+def test_the_processing_guarantee_is_decided_once_in_the_settings() -> None:
+    found = {
+        str(path.relative_to(ROOT)): lines
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path != ROOT / "core" / "settings.py" and (lines := guarantee_decisions(path))
+    }
+    assert not found, f"read Settings.exactly_once instead: {found}"
+
+
+def test_the_guarantee_check_sees_a_comparison(tmp_path: Path) -> None:
+    module = tmp_path / "again.py"
+    module.write_text(
+        "once = settings.exactly_once\n"
+        "conf.processing_guarantee = 'at_least_once'\n"
+        "eos = settings.processing_guarantee == 'exactly_once'\n"
+    )
+    assert guarantee_decisions(module) == [3]
