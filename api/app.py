@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from importlib.metadata import version
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
@@ -59,9 +58,11 @@ def create_api(worker: WorkerView) -> FastAPI:
     waits = PositionWaits()
     hub = ChangeHub()
 
-    def after_cycle(table: str, partition: int, changes: Any) -> None:
+    def after_cycle(
+        table: str, partition: int, changes: Mapping[bytes, bytes | None], position: bytes | None
+    ) -> None:
         waits.notify()
-        hub.on_cycle(table, partition, changes)
+        hub.on_cycle(table, partition, changes, position)
 
     engine.listeners.append(after_cycle)
 

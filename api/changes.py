@@ -29,7 +29,6 @@ from api.errors import BadRequest, NoReplica, NotHeldHere
 from api.local import LocalCopy
 from api.positions import Positions, ReadPosition
 from api.queries import KeyQuery, Queries
-from core.topics import POSITION_KEY
 from tables.windows import AnyWindow, key_prefix, parse_window_range, window_end_ms
 
 #: Seconds between keep-alive comments on an idle stream.
@@ -128,12 +127,17 @@ class ChangeHub:
                     sub.close()
         self._keys.clear()
 
-    def on_cycle(self, table: str, partition: int, changes: Mapping[bytes, bytes | None]) -> None:
+    def on_cycle(
+        self,
+        table: str,
+        partition: int,
+        changes: Mapping[bytes, bytes | None],
+        position: bytes | None,
+    ) -> None:
         """The engine's listener: hand each subscribed key's new value to its streams."""
         keys = self._keys.get(table)
         if not keys:
             return
-        position = changes.get(POSITION_KEY)
         for key, subs in keys.items():
             if not subs:
                 continue

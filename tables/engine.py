@@ -86,8 +86,9 @@ from tables.stalls import SLOW_CYCLE_S, Stall, slow_report
 logger = logging.getLogger(__name__)
 
 #: Called after a cycle's writes reach a table partition's store: (table, partition,
-#: the changes, None deleting, :data:`POSITION_KEY` among them).
-Listener = Callable[[str, int, Mapping[bytes, bytes | None]], None]
+#: the changes, None deleting, and the encoded position the partition now holds). The
+#: changes hold the position under :data:`POSITION_KEY` too, which no UTF-8 key equals.
+Listener = Callable[[str, int, Mapping[bytes, bytes | None], bytes | None], None]
 
 #: Attempts at one cycle within one engine cycle, when refusals teach the task something
 #: (the checks find culprits, Kafka refuses records, a producer is replaced).
@@ -855,7 +856,7 @@ class Task:
         for name, items in cycle.changes.items():
             for listener in self.listeners:
                 try:
-                    listener(name, self.partition, items)
+                    listener(name, self.partition, items, items.get(POSITION_KEY))
                 except Exception:  # a listener must not stop the engine
                     logger.exception("a listener failed on %s[%d]", name, self.partition)
 

@@ -55,11 +55,14 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
 #: What only the faust adapter (tables/faust_adapter.py) may import: faust, the service
 #: library it runs on, and the stores' database.
 ADAPTED = {"faust", "mode", "rocksdict"}
+#: Keys of a partition database that only its store (``FaustTableStore``) names.
+STORE_INTERNALS = {"POSITION_KEY"}
 
 
 def door_breaches(path: Path) -> list[str]:
     """Where a module reaches past the adapter: an import of what only the adapter may
-    import, or an attribute of another object whose name is private (``x._dbs``)."""
+    import or of a store's internal key, or an attribute of another object whose name is
+    private (``x._dbs``)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -69,6 +72,12 @@ def door_breaches(path: Path) -> list[str]:
         else:
             names = []
         found += [f"{node.lineno}: import {n}" for n in names if n.split(".")[0] in ADAPTED]
+        if isinstance(node, ast.ImportFrom):
+            found += [
+                f"{node.lineno}: import {alias.name}"
+                for alias in node.names
+                if alias.name in STORE_INTERNALS
+            ]
         if (
             isinstance(node, ast.Attribute)
             and node.attr.startswith("_")
