@@ -261,7 +261,6 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
         pipelines,
         stores,
         connector,
-        exactly_once=settings.exactly_once,
         partitions=settings.topic_partitions,
     )
     # The group subscribes to every topic the engine reads.

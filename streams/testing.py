@@ -468,7 +468,6 @@ class TestDriver:
             self.pipelines,
             self.tables,
             self.connector,
-            exactly_once=self.exactly_once,
             partitions=self.partitions,
         )
 

@@ -186,6 +186,11 @@ class Delivery(Protocol):
 class Connector(Protocol):
     """What the engine needs of the consumer group and its producers."""
 
+    #: The processing guarantee: under exactly_once each task's delivery commits its
+    #: offsets in the cycle's transaction; under at_least_once the engine commits them
+    #: through :meth:`commit` once every task's delivery is acknowledged.
+    exactly_once: bool
+
     def ready(self, partition: int) -> bool:
         """Whether this worker actively holds the partition's tables, restored."""
         ...
@@ -889,13 +894,11 @@ class Engine:
         tables: Mapping[str, TableStore],
         connector: Connector,
         *,
-        exactly_once: bool,
         partitions: int,
     ) -> None:
         self.pipelines = list(pipelines)
         self.tables = dict(tables)
         self.connector = connector
-        self.exactly_once = exactly_once
         self.partitions = partitions
         self.lineage = Lineage.of(self.pipelines)
         #: called after each cycle's writes reach a table partition (the query layer's
@@ -920,6 +923,11 @@ class Engine:
         #: why the engine stopped for good (a store failed), or None
         self.failure: str | None = None
         self._lock = asyncio.Lock()
+
+    @property
+    def exactly_once(self) -> bool:
+        """The guarantee, as the connector's deliveries keep it."""
+        return self.connector.exactly_once
 
     def fail(self, reason: str) -> None:
         """Stop processing for good: a store failed (the first reason is kept)."""
