@@ -74,6 +74,7 @@ from tables.delivery import SharedDelivery, SharedProducer, TransactionalDeliver
 from tables.engine import TP, Delivery, Engine, EngineFailure, StoreFailure
 from tables.limits import TopicLimits, topic_limits
 from tables.membership import Assignment
+from tables.rebalances import RebalanceLog
 from tables.restore import RestoreStats, bulk_plan
 
 logger = logging.getLogger(__name__)
@@ -298,6 +299,11 @@ class FaustMembership:
         self.app = app
         self.bootstrap = bootstrap
         self._assigned: AssignedSets | None = None
+        # Registered with the app, before its first rebalance: faust hands a sensor's
+        # rebalance end the state its start returned, and a sensor added between the
+        # two would crash the recovery with a KeyError.
+        self._rebalances = RebalanceLog()
+        app.sensors.add(self._rebalances)
 
     @property
     def app_id(self) -> str:
@@ -373,8 +379,9 @@ class FaustMembership:
 
         self.app.on_partitions_revoked.connect(on_partitions_revoked, weak=False)
 
-    def add_sensor(self, sensor: Any) -> None:
-        self.app.sensors.add(sensor)
+    @property
+    def rebalances(self) -> RebalanceLog:
+        return self._rebalances
 
     async def remove_static_members(self, instance_ids: Sequence[str]) -> dict[str, str]:
         return await remove_static_members(self.bootstrap, self.app_id, instance_ids)

@@ -17,6 +17,7 @@ from core.settings import Settings
 from tables.engine import TP, Engine, ServedStore
 from tables.global_table import GlobalTableService
 from tables.pipeline import Pipeline, SourceSpec, TableKind
+from tables.rebalances import RebalanceLog
 from tables.restore import RestoreStats
 from tables.windows import AnyWindow
 
@@ -92,8 +93,10 @@ class Membership(Protocol):
         """Call ``receiver`` whenever the group revokes this worker's partitions."""
         ...
 
-    def add_sensor(self, sensor: Any) -> None:
-        """Register a sensor of the group's rebalances (:mod:`tables.rebalances`)."""
+    @property
+    def rebalances(self) -> RebalanceLog:
+        """The group's last rebalances as this worker took part in them, recorded from
+        before its first one."""
         ...
 
     async def remove_static_members(self, instance_ids: Sequence[str]) -> dict[str, str]:

@@ -17,7 +17,6 @@ from api.positions import InputEnds
 from api.queries import Queries
 from core.topics import dlq_topic
 from tables.membership import WorkerView
-from tables.rebalances import RebalanceLog
 
 logger = logging.getLogger(__name__)
 
@@ -32,9 +31,7 @@ class Console:
         self.worker = worker
         self.pipelines = worker.pipelines
         self.sampler = FigureSampler(lambda: engine.figures)
-        self.rebalances = RebalanceLog()
-        # Before the first rebalance: faust calls its sensors at every one.
-        worker.membership.add_sensor(self.rebalances)
+        self.rebalances = worker.membership.rebalances
         self.reports = WorkerReports(worker, queries, ends, self.sampler, self.rebalances)
         #: every dead-letter topic of the loaded pipelines -> its source topic
         self.dead_letter_sources = {

@@ -14,6 +14,7 @@ from streams.loading import load
 from tables.engine import TP, Engine
 from tables.membership import Assignment, WorkerView
 from tables.pipeline import Context
+from tables.rebalances import RebalanceLog
 from tables.restore import RestoreStats
 
 APP_ID = "streamstate"
@@ -31,7 +32,7 @@ class FixedMembership:
     canonical_url: str = "http://127.0.0.1:6066"
     rebalancing: bool = False
     generation: int | None = None
-    sensors: list[Any] = field(default_factory=list)
+    rebalances: RebalanceLog = field(default_factory=RebalanceLog)
 
     def assignment(self) -> Assignment | None:
         if self.actives is None:
@@ -61,9 +62,6 @@ class FixedMembership:
 
     def on_revoked(self, receiver: Callable[[], Awaitable[None]]) -> None:
         pass
-
-    def add_sensor(self, sensor: Any) -> None:
-        self.sensors.append(sensor)
 
     async def remove_static_members(self, instance_ids: Sequence[str]) -> dict[str, str]:
         return dict.fromkeys(instance_ids, "removed")
