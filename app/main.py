@@ -40,6 +40,7 @@ from tables.faust_adapter import (
 from tables.global_table import GlobalTableService
 from tables.membership import ServedTable, WorkerView
 from tables.pipeline import Context, Pipeline, SourceSpec
+from tables.rebalances import RebalanceLog
 
 APP_ID = "streamstate"
 
@@ -60,6 +61,9 @@ class Wiring:
     #: every table's store, by name: the engine writes through them, the API reads
     stores: dict[str, FaustTableStore]
     connector: FaustConnector
+    #: the worker's last rebalances (a faust sensor: added before the worker starts, as
+    #: faust keeps each sensor's state from a rebalance's start to its return)
+    rebalances: RebalanceLog
 
 
 class StreamstateApp(EngineApp):
@@ -78,7 +82,9 @@ class StreamstateApp(EngineApp):
         wiring = self.wiring
         return WorkerView(
             settings=self.settings,
-            membership=FaustMembership(self, bootstrap=self.settings.bootstrap_servers),
+            membership=FaustMembership(
+                self, bootstrap=self.settings.bootstrap_servers, rebalances=wiring.rebalances
+            ),
             engine=wiring.engine,
             stores=wiring.stores,
             served={
@@ -273,7 +279,11 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
 
     revoked.connect(on_revoked, weak=False)
     inputs = {topic: loaded.sources.get(topic) for topic in sorted(loaded.inputs)}
-    return Wiring(tables, global_tables, pipelines, loaded, inputs, engine, stores, connector)
+    rebalances = RebalanceLog()
+    app.sensors.add(rebalances)
+    return Wiring(
+        tables, global_tables, pipelines, loaded, inputs, engine, stores, connector, rebalances
+    )
 
 
 settings = Settings()

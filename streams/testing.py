@@ -204,6 +204,10 @@ class MemoryTable:
                 if key != POSITION_KEY:
                     yield key, orjson.loads(value)
 
+    def values(self) -> dict[bytes, Any]:
+        """Every key and decoded value."""
+        return dict(self.items())
+
     def restore(self, log: Log) -> None:
         """faust's recovery: each partition reads its changelog past the offset it holds."""
         for tp, records in sorted(log.records.items()):

@@ -295,15 +295,12 @@ class AssignedSets:
 class FaustMembership:
     """The query layer's :class:`~tables.membership.Membership` over a faust app."""
 
-    def __init__(self, app: Any, *, bootstrap: str) -> None:
+    def __init__(self, app: Any, *, bootstrap: str, rebalances: RebalanceLog) -> None:
         self.app = app
         self.bootstrap = bootstrap
+        #: a faust sensor the composition root added before the worker started
+        self._rebalances = rebalances
         self._assigned: AssignedSets | None = None
-        # Registered with the app, before its first rebalance: faust hands a sensor's
-        # rebalance end the state its start returned, and a sensor added between the
-        # two would crash the recovery with a KeyError.
-        self._rebalances = RebalanceLog()
-        app.sensors.add(self._rebalances)
 
     @property
     def app_id(self) -> str:

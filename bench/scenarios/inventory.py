@@ -146,7 +146,7 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         "clean state: its internal topics and outputs deleted, its group rewound to the "
         "start of the source topics.",
         "The ceiling is a bare aiokafka consumer reading item-events with getmany and "
-        "parsing each value with json.loads (bench/baselines/aiokafka_parse.py); it reads "
+        "parsing each value with orjson.loads (bench/baselines/aiokafka_parse.py); it reads "
         f"the topic {runs.CEILING_RUNS} times and the median read is the ceiling.",
         runs.kstreams_note(
             "the same pipeline (bench/baselines/kstreams/, Inventory.java): validation with the "

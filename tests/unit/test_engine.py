@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import orjson
 import pytest
-from sortedcontainers import SortedDict
 
 from agents import words
 from agents.schemas import TEXT_LINES
@@ -27,6 +26,7 @@ from core.topics import POSITION_KEY, dlq_topic
 from streams.compile import compile_topology, repartition_topic
 from streams.corrections import corrections_pipeline
 from streams.loading import load
+from streams.testing import MemoryTable
 from tables.engine import TP, Engine, StoreFailure
 from tables.faust_adapter import StandbyFlusher
 from tables.limits import BATCH_HEADER_BYTES, TopicLimits, record_batch_bytes
@@ -202,56 +202,6 @@ class LogDelivery:
 
     async def close(self) -> None:
         self.broken.clear()
-
-
-class MemoryPartition:
-    def __init__(self, data: SortedDict) -> None:
-        self.data = data
-
-    def get(self, key: bytes) -> bytes | None:
-        return None if key == POSITION_KEY else self.data.get(key)
-
-    def items(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
-        for key in self.data.irange(minimum=start):
-            if key != POSITION_KEY:
-                yield key, self.data[key]
-
-
-@dataclass
-class MemoryTable:
-    name: str
-    partitions: dict[int, SortedDict] = field(default_factory=dict)
-    offsets: dict[int, int | None] = field(default_factory=dict)
-
-    @property
-    def changelog_topic(self) -> str:
-        return f"streamstate-{self.name}-changelog"
-
-    def partition(self, partition: int) -> MemoryPartition:
-        return MemoryPartition(self.partitions.setdefault(partition, SortedDict()))
-
-    def apply(
-        self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None
-    ) -> None:
-        data = self.partitions.setdefault(partition, SortedDict())
-        for key, value in changes.items():
-            if value is None:
-                data.pop(key, None)
-            else:
-                data[key] = value
-        self.offsets[partition] = changelog_offset
-
-    def position(self, partition: int) -> bytes | None:
-        found: bytes | None = self.partitions.get(partition, SortedDict()).get(POSITION_KEY)
-        return found
-
-    def values(self) -> dict[bytes, object]:
-        return {
-            k: orjson.loads(v)
-            for data in self.partitions.values()
-            for k, v in data.items()
-            if k != POSITION_KEY
-        }
 
 
 @dataclass

@@ -3,24 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tables.faust_adapter import FaustMembership
+if TYPE_CHECKING:
+    from app.main import StreamstateApp
 
 
-def test_the_rebalance_log_sees_a_rebalance_that_starts_after_the_membership_is_made(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """faust hands a sensor's rebalance end the state its start returned: a sensor added
-    while a rebalance runs crashed the recovery with a KeyError. The log is registered
-    when the membership is made, before the worker joins its group."""
+def app_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StreamstateApp:
     from app.main import create_app
     from core.settings import Settings
 
     monkeypatch.setenv("APP_DATADIR", str(tmp_path))
-    app = create_app(Settings())
-    membership = FaustMembership(app, bootstrap="127.0.0.1:9")
+    return create_app(Settings())
+
+
+def test_the_api_sees_the_rebalances_of_the_log_faust_reports_them_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = app_in(tmp_path, monkeypatch)
+    membership = app.view().membership
     sensors = app.sensors
     state = sensors.on_rebalance_start(app)
     sensors.on_rebalance_return(app, state)
@@ -32,11 +35,7 @@ def test_the_rebalance_log_sees_a_rebalance_that_starts_after_the_membership_is_
 def test_before_its_first_assignment_a_worker_holds_no_partition_and_knows_no_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.main import create_app
-    from core.settings import Settings
-
-    monkeypatch.setenv("APP_DATADIR", str(tmp_path))
-    membership = FaustMembership(create_app(Settings()), bootstrap="127.0.0.1:9")
+    membership = app_in(tmp_path, monkeypatch).view().membership
     assignment = membership.assignment()
     assert assignment is None or not (assignment.actives or assignment.standbys)
     assert membership.hosts() == {}

@@ -375,3 +375,21 @@ def test_a_windowed_grace_after_a_stream_join_is_refused() -> None:
     joined.group_by_key().window_by(Tumbling(MINUTE, grace=0)).count("late")
     with pytest.raises(TopologyError, match="grace must not follow a stream join"):
         TestDriver(topology)
+
+
+def test_ten_thousand_records_through_a_repartition_and_a_window_count_exactly() -> None:
+    """The driver's size figure (its time shows in ``make test``'s durations): 10,000
+    views over 4 partitions, re-keyed by page through a repartition topic, counted in
+    5-minute windows; every window's count equals a plain count of the records."""
+    topology, views = views_topology()
+    pages = views.group_by(lambda v: v.page)
+    pages.window_by(Tumbling(5 * MINUTE, retention=24 * 60 * MINUTE)).count("page_views")
+    driver = TestDriver(topology, partitions=4, now_ms=T0 + 90 * MINUTE)
+    expected: Counter[tuple[str, int]] = Counter()
+    for n in range(10_000):
+        ts = T0 + (n * 7919) % (60 * MINUTE)
+        page = f"/p{n % 37}"
+        driver.produce("views", view(f"u{n % 101}", ts, page), key=f"u{n % 101}")
+        expected[(page, ts - ts % (5 * MINUTE))] += 1
+    driver.run()
+    assert driver.table("page_views") == dict(expected)
