@@ -61,9 +61,11 @@ class RecordProducer:
             )
             try:
                 await producer.start()
-            except KafkaError as error:
+            except BaseException as error:  # failed, or the worker stops meanwhile
                 with contextlib.suppress(Exception):
                     await producer.stop()
+                if not isinstance(error, KafkaError):
+                    raise
                 raise KafkaUnavailable(
                     f"cannot connect to Kafka at {self.bootstrap}: {error}; nothing was written"
                 ) from None

@@ -244,8 +244,8 @@ async def fetch(
         isolation_level="read_committed",
     )
     found: dict[tuple[str, int, int], DeadLetter] = {}
-    await consumer.start()
     try:
+        await consumer.start()
         for topic, partition, offset in wanted:
             tp = TopicPartition(topic, partition)
             consumer.assign([tp])

@@ -100,10 +100,16 @@ class ReplayLog:
                 enable_auto_commit=False,
                 isolation_level="read_committed",
             )
-            await producer.start()
-            await reader.start()
-            reader.assign([self.tp])
-            await reader.seek_to_beginning(self.tp)
+            try:
+                await producer.start()
+                await reader.start()
+                reader.assign([self.tp])
+                await reader.seek_to_beginning(self.tp)
+            except BaseException:  # failed, or the worker stops meanwhile: close them
+                for client in (producer, reader):
+                    with contextlib.suppress(Exception):
+                        await client.stop()
+                raise
             self._producer, self._reader = producer, reader
             self._task = asyncio.ensure_future(self._read())
 

@@ -33,7 +33,7 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     with local_kafka("docs") as kafka:
         running = Worker(kafka, tmp_path_factory.mktemp("docs") / "w0").start()
         try:
-            running.wait_until("/health")
+            running.wait_ready()  # /health answers 200 from the process's first moment
             yield running
         finally:
             running.stop()
