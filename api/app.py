@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from importlib.metadata import version
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
@@ -28,45 +27,49 @@ from api.routes import console as console_routes
 from api.routes import health, internal, metadata, metrics, tables, topics
 from api.routing import Routing, normalize_url
 from api.scans import Scans
-from tables.faust_adapter import remove_static_members
+from tables.membership import WorkerView
 
 #: How often reads waiting for a position look at the standby copies again, in seconds.
 STANDBY_RECHECK_S = 0.05
 
 
-def create_api(worker: Any) -> FastAPI:
+def create_api(worker: WorkerView) -> FastAPI:
     """Create the HTTP API of one worker.
 
-    ``worker`` is the faust app; routes reach it through ``request.app.state.worker``.
+    ``worker`` is all the API knows of its worker; routes reach it through
+    ``request.app.state.worker``.
     """
     settings = worker.settings
+    membership = worker.membership
     peers = Peers(
-        normalize_url(worker.conf.canonical_url), settings.api_token, settings.forward_timeout
+        normalize_url(membership.canonical_url), settings.api_token, settings.forward_timeout
     )
 
-    producer = RecordProducer(settings.bootstrap_servers, client_id=f"{worker.conf.id}-api")
-    engine = worker.wiring.engine
+    producer = RecordProducer(settings.bootstrap_servers, client_id=f"{membership.app_id}-api")
+    engine = worker.engine
     ends = InputEnds(
         settings.bootstrap_servers,
         engine.topics,
         settings.topic_partitions,
-        read_committed=settings.processing_guarantee == "exactly_once",
+        read_committed=settings.exactly_once,
     )
-    inputs = worker.wiring.inputs
+    inputs = dict(worker.inputs)
     positions = Positions(engine.lineage, settings.topic_partitions, inputs, ends)
     waits = PositionWaits()
     hub = ChangeHub()
 
-    def after_cycle(table: str, partition: int, changes: Any) -> None:
+    def after_cycle(
+        table: str, partition: int, changes: Mapping[bytes, bytes | None], position: bytes | None
+    ) -> None:
         waits.notify()
-        hub.on_cycle(table, partition, changes)
+        hub.on_cycle(table, partition, changes, position)
 
     engine.listeners.append(after_cycle)
 
-    async def on_revoked(sender: Any, *args: Any, **kwargs: Any) -> None:
+    async def on_revoked() -> None:
         hub.moved()
 
-    worker.on_partitions_revoked.connect(on_revoked, weak=False)
+    membership.on_revoked(on_revoked)
 
     async def recheck_waits() -> None:
         # Standby copies move when faust flushes their changelog records, which calls no
@@ -76,10 +79,10 @@ def create_api(worker: Any) -> FastAPI:
             if waits.waiting:
                 waits.notify()
 
-    routing = Routing(worker)
+    routing = Routing(membership)
     dead = DeadMembers(
         routing.peers,
-        lambda urls: remove_static_members(settings.bootstrap_servers, str(worker.conf.id), urls),
+        membership.remove_static_members,
         probes=settings.dead_member_probes,
     )
     # Members are named by their canonical URL only when instance ids are left at their

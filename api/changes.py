@@ -26,8 +26,9 @@ from typing import Any
 import orjson
 
 from api.errors import BadRequest, NoReplica, NotHeldHere
+from api.local import LocalCopy
 from api.positions import Positions, ReadPosition
-from core.topics import POSITION_KEY
+from api.queries import KeyQuery, Queries
 from tables.windows import AnyWindow, key_prefix, parse_window_range, window_end_ms
 
 #: Seconds between keep-alive comments on an idle stream.
@@ -126,12 +127,17 @@ class ChangeHub:
                     sub.close()
         self._keys.clear()
 
-    def on_cycle(self, table: str, partition: int, changes: Mapping[bytes, bytes | None]) -> None:
+    def on_cycle(
+        self,
+        table: str,
+        partition: int,
+        changes: Mapping[bytes, bytes | None],
+        position: bytes | None,
+    ) -> None:
         """The engine's listener: hand each subscribed key's new value to its streams."""
         keys = self._keys.get(table)
         if not keys:
             return
-        position = changes.get(POSITION_KEY)
         for key, subs in keys.items():
             if not subs:
                 continue
@@ -189,12 +195,12 @@ async def events(
 class Changes:
     """Opens change streams: from this worker's active copy, or relayed from the owner."""
 
-    def __init__(self, queries: Any, hub: ChangeHub) -> None:
+    def __init__(self, queries: Queries, hub: ChangeHub) -> None:
         self.queries = queries
         self.hub = hub
 
     async def open(
-        self, query: Any, forwarded_by: str | None, last_event_id: str | None
+        self, query: KeyQuery, forwarded_by: str | None, last_event_id: str | None
     ) -> AsyncIterator[bytes]:
         """The stream of ``query``'s key, or a 421/503 when it cannot be opened here."""
         queries = self.queries
@@ -223,7 +229,9 @@ class Changes:
             )
         return self._relay(upstream)
 
-    def _local(self, query: Any, copy: Any, last_event_id: str | None) -> AsyncIterator[bytes]:
+    def _local(
+        self, query: KeyQuery, copy: LocalCopy, last_event_id: str | None
+    ) -> AsyncIterator[bytes]:
         windowed = query.table.kind == "windowed"
         sub = self.hub.subscribe(query.table.name, query.key, windowed=windowed)
         table, partition = query.table.name, query.partition
@@ -240,7 +248,7 @@ class Changes:
                 latest = windows[-1]
                 current = Change(orjson.dumps(latest.value), current.position, latest.raw_key)
         else:
-            current.raw = copy.db.get(query.raw)
+            current.raw = copy.data.get(query.raw)
         first: bytes | None = None
         if last_event_id is None or last_event_id != event_id(current.raw):
             first = change_frame(current, position_of(current.position), window=window)

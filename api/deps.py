@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -14,10 +14,12 @@ from api.peers import FORWARDED_HEADER
 from api.queries import Queries
 from api.routing import QueryTable
 from api.scans import Scans
+from tables.membership import WorkerView
 
 
-def get_worker(request: Request) -> Any:
-    return request.app.state.worker
+def get_worker(request: Request) -> WorkerView:
+    worker: WorkerView = request.app.state.worker
+    return worker
 
 
 def get_queries(request: Request) -> Queries:
@@ -66,7 +68,7 @@ async def authorize(request: Request) -> None:
     require_token(request, await _bearer(request))
 
 
-Worker = Annotated[Any, Depends(get_worker)]
+Worker = Annotated[WorkerView, Depends(get_worker)]
 QueriesDep = Annotated[Queries, Depends(get_queries)]
 ScansDep = Annotated[Scans, Depends(get_scans)]
 ChangesDep = Annotated[Changes, Depends(get_changes)]

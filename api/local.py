@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
-from faust.types import TP
 
 from api.routing import QueryTable
-from core.topics import POSITION_KEY
-from tables.faust_adapter import AssignedSets, internal_keys, partition_db, persisted_offset
+from tables.engine import TP
+from tables.membership import Membership
+from tables.pipeline import StorePartition
 from tables.windows import key_prefix, name_prefix, parse_window_range, window_end_ms
 
 Replica = Literal["active", "standby"]
@@ -45,16 +45,17 @@ class LocalCopy:
     partition: int
     replica: Replica
     offset_lag: int | None
-    db: Any
+    #: the partition as the engine's store gives it, internal keys hidden
+    data: StorePartition
 
     def get(self, key: bytes) -> Any | None:
-        raw = self.db.get(key)
+        raw = self.data.get(key)
         return None if raw is None else orjson.loads(raw)
 
     def stored_position(self) -> bytes | None:
         """The encoded position this copy holds (:mod:`tables.positions`)."""
-        found: bytes | None = self.db.get(POSITION_KEY)
-        return found
+        assert self.table.store is not None
+        return self.table.store.position(self.partition)
 
     def windows(self, key: str) -> list[Window]:
         """Every retained window of ``key``, oldest first."""
@@ -69,10 +70,10 @@ class LocalCopy:
             return self._scan_windowed(prefix, after, limit)
         start = prefix if after is None or after < prefix else after
         items: list[Any] = []
-        for raw_key, raw_value in self.db.items(from_key=start):
+        for raw_key, raw_value in self.data.items(start):
             if not raw_key.startswith(prefix):
                 break
-            if raw_key in internal_keys(self.table.table) or raw_key == after:
+            if raw_key == after:
                 continue
             if len(items) == limit:
                 return items, True
@@ -95,7 +96,7 @@ class LocalCopy:
     def _windowed_items(self, seek: bytes) -> Iterator[tuple[str, Window]]:
         window = self.table.window
         assert window is not None
-        for raw_key, raw_value in self.db.items(from_key=seek):
+        for raw_key, raw_value in self.data.items(seek):
             if not raw_key.startswith(seek):
                 break
             parsed = parse_window_range(raw_key)
@@ -111,59 +112,44 @@ def _start(window: Window) -> int:
 
 
 class LocalState:
-    """The partition databases of one worker."""
+    """The partition copies of one worker, read through the engine's stores."""
 
-    def __init__(self, worker: Any) -> None:
-        self.worker = worker
-        self._assigned: AssignedSets | None = None
+    def __init__(self, membership: Membership) -> None:
+        self.membership = membership
 
     def copy(self, table: QueryTable, partition: int) -> LocalCopy | None:
         """This worker's copy of a partition, or None when it holds none."""
         tp = TP(table.topic, partition)
-        try:
-            if self._assigned is None:
-                self._assigned = AssignedSets(self.worker.assignor)
-            actives, standbys = self._assigned.current()
-        except Exception:  # no assignment yet
+        assignment = self.membership.assignment()
+        if assignment is None or table.store is None:
             return None
-        active = tp in actives
-        standby = not active and tp in standbys
+        active = tp in assignment.actives
+        standby = not active and tp in assignment.standbys
         if not (active or standby):
             return None
         try:
-            db = partition_db(table.table, partition)
+            data = table.store.partition(partition)
         except Exception:  # still locked by a revoked handle during a rebalance
             return None
         if active and not self._restoring(tp):
             # The active copy is written before its changelog: nothing is newer.
-            return LocalCopy(table, partition, "active", 0, db)
-        return LocalCopy(table, partition, "standby", self.lag(table, tp), db)
+            return LocalCopy(table, partition, "active", 0, data)
+        return LocalCopy(table, partition, "standby", self.lag(table, tp), data)
 
     def lag(self, table: QueryTable, tp: TP) -> int | None:
         """Changelog records not yet in this copy; None while the highwater is unknown."""
         highwater = self._highwater(tp)
-        if highwater is None:
+        if highwater is None or table.store is None:
             return None
-        persisted = persisted_offset(table.table, tp)
+        persisted = table.store.persisted_offset(tp.partition)
         last = -1 if persisted is None else persisted
         return max(0, highwater - 1 - last)
 
     def _restoring(self, tp: TP) -> bool:
         # While the group rebalances and restores, an active copy may have just been
         # assigned here and not be restored yet: it answers as a standby, with its lag.
-        return bool(self.worker.rebalancing)
+        return self.membership.rebalancing
 
     def _highwater(self, tp: TP) -> int | None:
-        try:
-            value = self.worker.consumer.highwater(tp)
-        except Exception:  # not fetched by this consumer (yet)
-            value = None
-        if value is None or value < 0:
-            recovery = self.worker.tables.recovery
-            if tp in recovery.active_tps:
-                value = recovery.active_highwaters.get(tp)
-            elif tp in recovery.standby_tps:
-                value = recovery.standby_highwaters.get(tp)
-            # faust's recovery keeps the last offset (highwater - 1) in these counters
-            return None if value is None else int(value) + 1
-        return int(value)
+        found = self.membership.highwater(tp)
+        return found if found is not None else self.membership.restore_highwater(tp)

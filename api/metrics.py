@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tables.membership import WorkerView
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 QUERY_LATENCY = Histogram(
@@ -41,14 +43,13 @@ def _safe(call: Any, default: Any = None) -> Any:
 class WorkerCollector(Collector):
     """Reads the worker's own bookkeeping at scrape time."""
 
-    def __init__(self, worker: Any) -> None:
+    def __init__(self, worker: WorkerView) -> None:
         self.worker = worker
 
     def collect(self) -> Iterator[Any]:
-        engine = _safe(lambda: self.worker.wiring.engine)
-        if engine is not None:
-            yield from self._engine(engine)
-            yield from self._consumer_lag(engine)
+        engine = self.worker.engine
+        yield from self._engine(engine)
+        yield from self._consumer_lag(engine)
         yield from self._restore()
 
     def _engine(self, engine: Any) -> Iterator[Any]:
@@ -145,25 +146,27 @@ class WorkerCollector(Collector):
             "checkpoint (the next offset to apply).",
             labels=["topic", "partition"],
         )
-        consumer = _safe(lambda: self.worker.consumer)
+        membership = self.worker.membership
         highwaters = {}
-        for tp in _safe(lambda: consumer.assignment(), set()) or set():
-            highwater = _safe(lambda tp=tp: consumer.highwater(tp))
-            if highwater is not None and highwater >= 0:
-                highwaters[(tp.topic, tp.partition)] = highwater
+        assignment = membership.assignment()
+        for tp in assignment.actives if assignment is not None else ():
+            if tp.topic in engine.topics:
+                highwater = membership.highwater(tp)
+                if highwater is not None:
+                    highwaters[(tp.topic, tp.partition)] = highwater
         for tp, behind in sorted(engine.lag(highwaters).items()):
             lag.add_metric([tp.topic, str(tp.partition)], behind)
         yield lag
 
     def _restore(self) -> Iterator[Any]:
-        recovery = _safe(lambda: self.worker.tables.recovery)
-        stats = getattr(recovery, "stats", None)
+        membership = self.worker.membership
+        stats = _safe(membership.restore_stats)
         remaining = GaugeMetricFamily(
             "streamstate_restore_remaining_records",
             "Changelog records an active partition still has to restore.",
             labels=["topic", "partition"],
         )
-        found = _safe(lambda: recovery.active_remaining(), {}) if recovery is not None else {}
+        found = _safe(membership.restore_remaining, {})
         for tp, n in sorted((found or {}).items()):
             remaining.add_metric([tp.topic, str(tp.partition)], max(0, n))
         yield remaining

@@ -29,6 +29,7 @@ from api.positions import Positions, PositionWaits, ReadPosition
 from api.routing import QueryTable, Routing, query_tables
 from api.tokens import Token, TokenError, decode_token
 from core.topics import partition_for
+from tables.membership import WorkerView
 
 logger = logging.getLogger(__name__)
 
@@ -249,15 +250,15 @@ class Queries:
     patience_s = READ_PATIENCE_S
 
     def __init__(
-        self, worker: Any, peers: Peers, positions: Positions, waits: PositionWaits
+        self, worker: WorkerView, peers: Peers, positions: Positions, waits: PositionWaits
     ) -> None:
         self.worker = worker
-        self.routing = Routing(worker)
-        self.local = LocalState(worker)
+        self.routing = Routing(worker.membership)
+        self.local = LocalState(worker.membership)
         self.peers = peers
         self.positions = positions
         self.waits = waits
-        self.app_id = str(worker.conf.id)
+        self.app_id = worker.membership.app_id
         self._tables: dict[str, QueryTable] | None = None
 
     @property
@@ -520,7 +521,8 @@ class Queries:
         return Answer(200, {**meta, "windows": [w.as_dict() for w in found]})
 
     def _read_global(self, query: KeyQuery) -> Answer:
-        copy = query.table.table
+        copy = query.table.copy
+        assert copy is not None, f"{query.table.name} is not a global table"
         lag = global_lag(copy, query.partition)
         meta = self._meta(query, "global", lag)
         value = copy.document(query.key)

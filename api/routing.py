@@ -1,10 +1,11 @@
 """Where a key lives: its partition, the worker that owns it, and the group's members.
 
 Partitions are computed here from the raw UTF-8 key bytes with the producer's murmur2,
-not through ``app.router.key_store``: the windowed table's changelog keys are JSON, but
+not through faust's ``router.key_store``: the windowed table's changelog keys are JSON, but
 its records are partitioned by the raw category bytes of the repartition topic, and
 ``key_store`` raises KeyError before the first assignment anyway. Owners come only from
-the group's assignment metadata (``app.router.tables_metadata()``), never from a request.
+the group's assignment metadata (:meth:`~tables.membership.Membership.hosts`), never
+from a request.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tables.engine import TP, ServedStore
+from tables.global_table import GlobalTableService
+from tables.membership import Membership, WorkerView
 from tables.windows import AnyWindow
 
 Kind = Literal["table", "windowed", "global"]
@@ -31,34 +35,36 @@ class QueryTable:
     topic: str
     partitions: int
     standby_replicas: int
-    #: The faust table; a global table's copy (tables/global_table.py) for a global one.
-    table: Any
+    #: The engine's store of a table or windowed table (None for a global one).
+    store: ServedStore | None = None
+    #: A global table's copy (:mod:`tables.global_table`; None for the others).
+    copy: GlobalTableService | None = None
     #: The windows of a windowed table.
     window: AnyWindow | None = None
 
 
-def query_tables(worker: Any) -> dict[str, QueryTable]:
-    """Every queryable table of a worker, by name."""
+def query_tables(worker: WorkerView) -> dict[str, QueryTable]:
+    """Every queryable table of a worker, by name: the stores are the engine's own."""
+    settings = worker.settings
     found: dict[str, QueryTable] = {}
-    for name, info in worker.wiring.tables.infos().items():
-        table = info.table
+    for name, served in worker.served.items():
         found[name] = QueryTable(
             name=name,
-            kind=info.kind,
-            topic=table.changelog_topic.get_topic_name(),
-            partitions=int(table.partitions or worker.conf.topic_partitions),
-            standby_replicas=int(worker.conf.table_standby_replicas),
-            table=table,
-            window=info.spec.window,
+            kind=served.kind,
+            topic=worker.stores[name].changelog_topic,
+            partitions=served.partitions,
+            standby_replicas=settings.table_standby_replicas,
+            store=worker.stores[name],
+            window=served.window,
         )
-    for name, copy in worker.wiring.globals.items():
+    for name, copy in worker.globals.items():
         found[name] = QueryTable(
             name=name,
             kind="global",
             topic=copy.spec.topic,
-            partitions=int(worker.settings.topic_partitions),
+            partitions=settings.topic_partitions,
             standby_replicas=0,
-            table=copy,
+            copy=copy,
         )
     return found
 
@@ -66,22 +72,18 @@ def query_tables(worker: Any) -> dict[str, QueryTable]:
 class Routing:
     """The group's assignment metadata, read fresh on every call (it changes on rebalance)."""
 
-    def __init__(self, worker: Any) -> None:
-        self.worker = worker
+    def __init__(self, membership: Membership) -> None:
+        self.membership = membership
 
     @property
     def own_url(self) -> str:
-        return normalize_url(self.worker.conf.canonical_url)
+        return normalize_url(self.membership.canonical_url)
 
     def actives_by_host(self) -> dict[str, dict[str, list[int]]]:
         """Every member's URL with its active changelog partitions (members with none too)."""
-        try:
-            metadata = self.worker.router.tables_metadata()
-        except Exception:  # before the first assignment
-            return {}
         return {
             normalize_url(url): {topic: sorted(parts) for topic, parts in topics.items()}
-            for url, topics in (metadata or {}).items()
+            for url, topics in self.membership.hosts().items()
         }
 
     def members(self) -> list[str]:
@@ -101,20 +103,13 @@ class Routing:
 
     def own_assignment(self) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
         """This worker's active and standby changelog partitions."""
-        assignor = self.worker.assignor
-        return _by_topic(_safe_set(assignor.assigned_actives)), _by_topic(
-            _safe_set(assignor.assigned_standbys)
-        )
+        assignment = self.membership.assignment()
+        if assignment is None:
+            return {}, {}
+        return _by_topic(assignment.actives), _by_topic(assignment.standbys)
 
 
-def _safe_set(read: Any) -> set[Any]:
-    try:
-        return set(read())
-    except Exception:  # the assignor has no assignment before the first rebalance
-        return set()
-
-
-def _by_topic(tps: set[Any]) -> dict[str, list[int]]:
+def _by_topic(tps: frozenset[TP]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for tp in tps:
         if tp.topic.endswith("-changelog"):

@@ -212,7 +212,8 @@ class Scans:
     def _scan_global(
         self, table: QueryTable, prefix: str, after: str | None, limit: int
     ) -> dict[str, Any]:
-        copy = table.table
+        copy = table.copy
+        assert copy is not None, f"{table.name} is not a global table"
         raw_after = after.encode("utf-8") if after is not None else None
         keys = sorted(
             (key for key in copy.keys() if key.startswith(prefix)),  # noqa: SIM118

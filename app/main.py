@@ -30,6 +30,8 @@ from tables.faust_adapter import (
     EngineApp,
     EngineService,
     FaustConnector,
+    FaustMembership,
+    FaustTableStore,
     StandbyFlusher,
     check_versions,
     internal_channels,
@@ -37,6 +39,7 @@ from tables.faust_adapter import (
     on_partitions_revoked,
 )
 from tables.global_table import GlobalTableService
+from tables.membership import ServedTable, WorkerView
 from tables.pipeline import Context, Pipeline, SourceSpec
 from tables.rebalances import RebalanceLog
 
@@ -56,6 +59,8 @@ class Wiring:
     #: the topics records may be written to (POST /topics), with their declared types
     inputs: dict[str, SourceSpec | None]
     engine: Engine
+    #: every table's store, by name: the engine writes through them, the API reads
+    stores: dict[str, FaustTableStore]
     connector: FaustConnector
     #: the worker's last rebalances (a faust sensor: added before the worker starts, as
     #: faust keeps each sensor's state from a rebalance's start to its return)
@@ -72,6 +77,25 @@ class StreamstateApp(EngineApp):
     @property
     def engine(self) -> Engine:
         return self.wiring.engine
+
+    def view(self) -> WorkerView:
+        """What the HTTP API is given of this worker."""
+        wiring = self.wiring
+        return WorkerView(
+            settings=self.settings,
+            membership=FaustMembership(
+                self, bootstrap=self.settings.bootstrap_servers, rebalances=wiring.rebalances
+            ),
+            engine=wiring.engine,
+            stores=wiring.stores,
+            served={
+                name: ServedTable(name, info.kind, self.settings.topic_partitions, info.spec.window)
+                for name, info in wiring.tables.infos().items()
+            },
+            globals=wiring.globals,
+            inputs=wiring.inputs,
+            pipelines=wiring.pipelines,
+        )
 
     async def on_first_start(self) -> None:
         await super().on_first_start()
@@ -113,7 +137,7 @@ class StreamstateApp(EngineApp):
             # The process took that port at its start (app/listen.py).
             deps.append(
                 DeferredApi(
-                    self,
+                    self.view(),
                     host=self.conf.web_host,
                     port=self.conf.web_port,
                     sock=listen.take(self.conf.web_host, self.conf.web_port),
@@ -159,7 +183,7 @@ def create_app(settings: Settings) -> StreamstateApp:
     conf: Any = app.conf
     conf.processing_guarantee = "at_least_once"
     app.settings = settings
-    app.read_committed = settings.processing_guarantee == "exactly_once"
+    app.read_committed = settings.exactly_once
     app.web_server(LegacyWebDisabled)
     app.wiring = build(app, settings)
     return app
@@ -227,14 +251,16 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
     if corrections is not None:
         pipelines.append(corrections)
     tables = declare_tables(app, settings, [spec for p in pipelines for spec in p.writes])
-    exactly_once = settings.processing_guarantee == "exactly_once"
 
     async def prepare() -> None:
         for table in global_tables.values():
             await table.wait_caught_up()
 
     connector = FaustConnector(
-        app, bootstrap=settings.bootstrap_servers, exactly_once=exactly_once, prepare=prepare
+        app,
+        bootstrap=settings.bootstrap_servers,
+        exactly_once=settings.exactly_once,
+        prepare=prepare,
     )
     stores = tables.stores()
     connector.watch_tables([store.changelog_topic for store in stores.values()])
@@ -242,7 +268,6 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
         pipelines,
         stores,
         connector,
-        exactly_once=exactly_once,
         partitions=settings.topic_partitions,
     )
     # The group subscribes to every topic the engine reads.
@@ -263,7 +288,9 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
     inputs = {topic: loaded.sources.get(topic) for topic in sorted(loaded.inputs)}
     rebalances = RebalanceLog()
     app.sensors.add(rebalances)
-    return Wiring(tables, global_tables, pipelines, loaded, inputs, engine, connector, rebalances)
+    return Wiring(
+        tables, global_tables, pipelines, loaded, inputs, engine, stores, connector, rebalances
+    )
 
 
 settings = Settings()

@@ -20,6 +20,7 @@ from typing import Any
 from mode import Service
 
 from app import listen
+from tables.membership import WorkerView
 
 
 class LegacyWebDisabled(Service):
@@ -32,11 +33,17 @@ class LegacyWebDisabled(Service):
 
 
 class DeferredApi(Service):
-    """Starts the HTTP API (``api.server.ApiServer`` over ``api.create_api``) as a child
+    """Starts the HTTP API (``app.server.ApiServer`` over ``api.create_api``) as a child
     service once its modules have been imported in a thread."""
 
     def __init__(
-        self, worker: Any, *, host: str, port: int, sock: socket.socket | None, **kwargs: Any
+        self,
+        worker: WorkerView,
+        *,
+        host: str,
+        port: int,
+        sock: socket.socket | None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.worker = worker
@@ -48,12 +55,12 @@ class DeferredApi(Service):
         self.add_future(self._serve())
 
     async def _serve(self) -> None:
-        await asyncio.to_thread(importlib.import_module, "api.server")
+        await asyncio.to_thread(importlib.import_module, "app.server")
         # What the import allocated lives as long as the worker, like the rest of the
         # start-up: out of the collector's way (app.main froze the rest).
         gc.freeze()
         from api import create_api
-        from api.server import ApiServer
+        from app.server import ApiServer
 
         api = create_api(self.worker)
         if self.sock is not None:

@@ -112,6 +112,12 @@ class Settings(BaseSettings):
         return value if "://" in value else f"kafka://{value}"
 
     @property
+    def exactly_once(self) -> bool:
+        """The processing guarantee, decided here once: the engine runs a transaction
+        per cycle and every reader of its topics reads ``read_committed``."""
+        return self.processing_guarantee == "exactly_once"
+
+    @property
     def extra_pipeline_modules(self) -> list[str]:
         return [name.strip() for name in self.extra_pipelines.split(",") if name.strip()]
 

@@ -472,7 +472,6 @@ class TestDriver:
             self.pipelines,
             self.tables,
             self.connector,
-            exactly_once=self.exactly_once,
             partitions=self.partitions,
         )
 

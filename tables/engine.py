@@ -86,8 +86,9 @@ from tables.stalls import SLOW_CYCLE_S, Stall, slow_report
 logger = logging.getLogger(__name__)
 
 #: Called after a cycle's writes reach a table partition's store: (table, partition,
-#: the changes, None deleting, :data:`POSITION_KEY` among them).
-Listener = Callable[[str, int, Mapping[bytes, bytes | None]], None]
+#: the changes, None deleting, and the encoded position the partition now holds). The
+#: changes hold the position under :data:`POSITION_KEY` too, which no UTF-8 key equals.
+Listener = Callable[[str, int, Mapping[bytes, bytes | None], bytes | None], None]
 
 #: Attempts at one cycle within one engine cycle, when refusals teach the task something
 #: (the checks find culprits, Kafka refuses records, a producer is replaced).
@@ -144,6 +145,15 @@ class TableStore(Protocol):
         ...
 
 
+class ServedStore(TableStore, Protocol):
+    """A table store the query layer reads too, through :meth:`partition` and
+    :meth:`position`, as the engine does."""
+
+    def persisted_offset(self, partition: int) -> int | None:
+        """The last changelog offset the partition holds (None: none yet)."""
+        ...
+
+
 class Delivery(Protocol):
     """How one task's cycles reach Kafka."""
 
@@ -175,6 +185,11 @@ class Delivery(Protocol):
 
 class Connector(Protocol):
     """What the engine needs of the consumer group and its producers."""
+
+    #: The processing guarantee: under exactly_once each task's delivery commits its
+    #: offsets in the cycle's transaction; under at_least_once the engine commits them
+    #: through :meth:`commit` once every task's delivery is acknowledged.
+    exactly_once: bool
 
     def ready(self, partition: int) -> bool:
         """Whether this worker actively holds the partition's tables, restored."""
@@ -846,7 +861,7 @@ class Task:
         for name, items in cycle.changes.items():
             for listener in self.listeners:
                 try:
-                    listener(name, self.partition, items)
+                    listener(name, self.partition, items, items.get(POSITION_KEY))
                 except Exception:  # a listener must not stop the engine
                     logger.exception("a listener failed on %s[%d]", name, self.partition)
 
@@ -879,13 +894,11 @@ class Engine:
         tables: Mapping[str, TableStore],
         connector: Connector,
         *,
-        exactly_once: bool,
         partitions: int,
     ) -> None:
         self.pipelines = list(pipelines)
         self.tables = dict(tables)
         self.connector = connector
-        self.exactly_once = exactly_once
         self.partitions = partitions
         self.lineage = Lineage.of(self.pipelines)
         #: called after each cycle's writes reach a table partition (the query layer's
@@ -913,6 +926,11 @@ class Engine:
         #: tasks kept through a rebalance whose offsets are not yet checked against the
         #: group's committed ones
         self._kept: set[int] = set()
+
+    @property
+    def exactly_once(self) -> bool:
+        """The guarantee, as the connector's deliveries keep it."""
+        return self.connector.exactly_once
 
     def fail(self, reason: str) -> None:
         """Stop processing for good: a store failed (the first reason is kept)."""

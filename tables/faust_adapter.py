@@ -35,7 +35,15 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
 from functools import cached_property
 from importlib.metadata import version
 from typing import Any
@@ -65,6 +73,8 @@ from core.topics import POSITION_KEY
 from tables.delivery import SharedDelivery, SharedProducer, TransactionalDelivery
 from tables.engine import TP, Delivery, Engine, EngineFailure, StoreFailure
 from tables.limits import TopicLimits, topic_limits
+from tables.membership import Assignment
+from tables.rebalances import RebalanceLog
 from tables.restore import RestoreStats, bulk_plan
 
 logger = logging.getLogger(__name__)
@@ -280,6 +290,98 @@ class AssignedSets:
             standbys = frozenset(self.assignor.assigned_standbys())
             self._of, self._sets = assignment, (actives, standbys)
         return self._sets
+
+
+class FaustMembership:
+    """The query layer's :class:`~tables.membership.Membership` over a faust app."""
+
+    def __init__(self, app: Any, *, bootstrap: str, rebalances: RebalanceLog) -> None:
+        self.app = app
+        self.bootstrap = bootstrap
+        #: a faust sensor the composition root added before the worker started
+        self._rebalances = rebalances
+        self._assigned: AssignedSets | None = None
+
+    @property
+    def app_id(self) -> str:
+        return str(self.app.conf.id)
+
+    @property
+    def canonical_url(self) -> str:
+        return str(self.app.conf.canonical_url)
+
+    @property
+    def rebalancing(self) -> bool:
+        return bool(self.app.rebalancing)
+
+    @property
+    def generation(self) -> int | None:
+        found = getattr(self.app, "consumer_generation_id", None)
+        return found if isinstance(found, int) else None
+
+    def assignment(self) -> Assignment | None:
+        try:
+            if self._assigned is None:
+                self._assigned = AssignedSets(self.app.assignor)
+            actives, standbys = self._assigned.current()
+        except Exception:  # no assignment before the first rebalance
+            return None
+        return Assignment(actives, standbys)
+
+    def hosts(self) -> Mapping[str, Mapping[str, Sequence[int]]]:
+        try:
+            metadata = self.app.router.tables_metadata()
+        except Exception:  # before the first assignment
+            return {}
+        return {str(url): dict(topics) for url, topics in (metadata or {}).items()}
+
+    def highwater(self, tp: TP) -> int | None:
+        try:
+            value = self.app.consumer.highwater(faust_tuples.TP(*tp))
+        except Exception:  # not fetched by this consumer (yet)
+            return None
+        return None if value is None or value < 0 else int(value)
+
+    def restore_highwater(self, tp: TP) -> int | None:
+        recovery = self.app.tables.recovery
+        ftp = faust_tuples.TP(*tp)
+        value = None
+        if ftp in recovery.active_tps:
+            value = recovery.active_highwaters.get(ftp)
+        elif ftp in recovery.standby_tps:
+            value = recovery.standby_highwaters.get(ftp)
+        # faust's recovery keeps the last offset (highwater - 1) in these counters
+        return None if value is None else int(value) + 1
+
+    def restore_progress(self) -> dict[str, Any]:
+        return recovery_progress(self.app)
+
+    def restore_remaining(self) -> Mapping[TP, int]:
+        return restore_remaining(self.app)
+
+    def restore_stats(self) -> RestoreStats | None:
+        recovery = self.app.tables.recovery
+        stats = getattr(recovery, "stats", None)
+        return stats if isinstance(stats, RestoreStats) else None
+
+    def broker_connected(self) -> bool | None:
+        try:
+            return broker_connected(self.app)
+        except Exception:  # the consumer has not been created yet
+            return None
+
+    def on_revoked(self, receiver: Callable[[], Awaitable[None]]) -> None:
+        async def on_partitions_revoked(sender: Any, *args: Any, **kwargs: Any) -> None:
+            await receiver()
+
+        self.app.on_partitions_revoked.connect(on_partitions_revoked, weak=False)
+
+    @property
+    def rebalances(self) -> RebalanceLog:
+        return self._rebalances
+
+    async def remove_static_members(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        return await remove_static_members(self.bootstrap, self.app_id, instance_ids)
 
 
 def fetcher_of(app: faust.App) -> Any:
@@ -699,6 +801,8 @@ class _RocksPartition:
         self.hidden = hidden
 
     def get(self, key: bytes) -> bytes | None:
+        if key in self.hidden:
+            return None
         value: bytes | None = self.db.get(key)
         return value
 
@@ -709,7 +813,9 @@ class _RocksPartition:
 
 
 class FaustTableStore:
-    """A faust table's RocksDB store, as the engine writes it."""
+    """A faust table's RocksDB store, as the engine writes it and the query layer reads
+    it: the one place that opens its partition databases and hides their internal keys
+    (faust's persisted offset and the :data:`~core.topics.POSITION_KEY`)."""
 
     def __init__(self, table: Any) -> None:
         self.table = table
@@ -724,30 +830,35 @@ class FaustTableStore:
     def apply(
         self, partition: int, changes: Mapping[bytes, bytes | None], changelog_offset: int | None
     ) -> None:
-        batch = WriteBatch(raw_mode=True)
-        for key, value in changes.items():
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
-        if changelog_offset is not None:
-            batch.put(self._store.offset_key, str(changelog_offset).encode())
-        self._store._db_for_partition(partition).write(batch)
+        write_changes(self._store, partition, changes.items(), changelog_offset)
 
     def position(self, partition: int) -> bytes | None:
         found: bytes | None = self._store._db_for_partition(partition).get(POSITION_KEY)
         return found
 
+    def persisted_offset(self, partition: int) -> int | None:
+        """The last changelog offset the partition's database holds."""
+        value = self._store.persisted_offset(faust_tuples.TP(self.changelog_topic, partition))
+        return None if value is None else int(value)
 
-def partition_db(table: Any, partition: int) -> Any:
-    """The open RocksDB of one partition of a faust table (opened if needed)."""
-    store = table.data
-    return store._dbs.get(partition) or store._db_for_partition(partition)
 
-
-def internal_keys(table: Any) -> tuple[bytes, ...]:
-    """Keys of a partition database that are not table keys."""
-    return (table.data.offset_key, POSITION_KEY)
+def write_changes(
+    store: Any,
+    partition: int,
+    changes: Iterable[tuple[bytes, bytes | None]],
+    changelog_offset: int | None,
+) -> None:
+    """Write ``changes`` (None deletes) and faust's persisted changelog offset into one
+    partition database of a faust RocksDB ``store``, as one atomic write batch."""
+    batch = WriteBatch(raw_mode=True)
+    for key, value in changes:
+        if value is None:
+            batch.delete(key)
+        else:
+            batch.put(key, value)
+    if changelog_offset is not None:
+        batch.put(store.offset_key, str(changelog_offset).encode())
+    store._db_for_partition(partition).write(batch)
 
 
 def persisted_offset(table: Any, tp: Any) -> int | None:
@@ -765,19 +876,9 @@ def write_run(store: Any, partition: int, records: Iterable[Any], last_offset: i
     Keys and values are the changelog's bytes, as faust's ``apply_changelog_batch``
     writes them; a ``None`` value (tombstone) deletes. Returns the number of records.
     """
-    batch = WriteBatch(raw_mode=True)
-    count = 0
-    for record in records:
-        if record.key is None:
-            continue
-        if record.value is None:
-            batch.delete(record.key)
-        else:
-            batch.put(record.key, record.value)
-        count += 1
-    batch.put(store.offset_key, str(last_offset).encode())
-    store._db_for_partition(partition).write(batch)
-    return count
+    changes = [(record.key, record.value) for record in records if record.key is not None]
+    write_changes(store, partition, changes, last_offset)
+    return len(changes)
 
 
 class TrackedRecovery(Recovery):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from api.console.background import cancelled
 from api.console.dead_letters import DeadLetterTail
@@ -17,7 +16,7 @@ from api.console.sampler import FigureSampler
 from api.positions import InputEnds
 from api.queries import Queries
 from core.topics import dlq_topic
-from tables.rebalances import RebalanceLog
+from tables.membership import WorkerView
 
 logger = logging.getLogger(__name__)
 
@@ -26,13 +25,13 @@ class Console:
     """What the console's routes read: the sampled figures, the members' reports, the
     dead letters and their replays, the nightly report."""
 
-    def __init__(self, worker: Any, queries: Queries, ends: InputEnds) -> None:
+    def __init__(self, worker: WorkerView, queries: Queries, ends: InputEnds) -> None:
         settings = worker.settings
-        engine = worker.wiring.engine
+        engine = worker.engine
         self.worker = worker
-        self.pipelines = worker.wiring.pipelines
+        self.pipelines = worker.pipelines
         self.sampler = FigureSampler(lambda: engine.figures)
-        self.rebalances: RebalanceLog = worker.wiring.rebalances
+        self.rebalances = worker.membership.rebalances
         self.reports = WorkerReports(worker, queries, ends, self.sampler, self.rebalances)
         #: every dead-letter topic of the loaded pipelines -> its source topic
         self.dead_letter_sources = {
@@ -43,14 +42,14 @@ class Console:
         )
         self.replay_log = ReplayLog(
             settings.bootstrap_servers,
-            replay_log_topic(str(worker.conf.id)),
+            replay_log_topic(worker.membership.app_id),
             settings.topic_replication_factor,
         )
         self.replayer = Replayer(
             settings.bootstrap_servers,
             self.replay_log,
             self.dead_letter_sources,
-            worker.wiring.inputs,
+            worker.inputs,
             settings.topic_partitions,
             settings.max_event_bytes,
             queries.routing.own_url,
@@ -60,7 +59,7 @@ class Console:
 
     def table_kinds(self) -> dict[str, str]:
         """The queryable tables' kinds (table, windowed, global)."""
-        return {name: info.kind for name, info in self.worker.wiring.tables.infos().items()}
+        return {name: served.kind for name, served in self.worker.served.items()}
 
     def start(self) -> None:
         """Start sampling the figures; once the worker runs its first assignment, start

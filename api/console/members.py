@@ -14,12 +14,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from faust.types import TP
-
 from api.console.sampler import FigureSampler
 from api.positions import InputEnds, Positions
 from api.queries import Queries
-from tables.faust_adapter import FaustTableStore, persisted_offset, recovery_progress
+from tables.engine import TP, ServedStore
+from tables.membership import WorkerView
 from tables.rebalances import RebalanceLog
 
 #: Points of throughput history each report carries (one per second).
@@ -38,7 +37,7 @@ class WorkerReports:
 
     def __init__(
         self,
-        worker: Any,
+        worker: WorkerView,
         queries: Queries,
         ends: InputEnds,
         sampler: FigureSampler,
@@ -58,8 +57,8 @@ class WorkerReports:
 
     def changelogs(self) -> dict[str, str]:
         """Every declared table's changelog topic, mapped to the table's name."""
-        declared = self.worker.wiring.tables.declared
-        return {t.changelog_topic.get_topic_name(): name for name, t in declared.items()}
+        stores = self.worker.stores
+        return {store.changelog_topic: name for name, store in stores.items()}
 
     def own(self) -> dict[str, Any]:
         """This worker's report (see :class:`api.console.schemas.MemberReport`)."""
@@ -71,8 +70,8 @@ class WorkerReports:
             "url": self.queries.routing.own_url,
             "reachable": True,
             "status": self.status(),
-            "failure": self.worker.wiring.engine.failure,
-            "generation": _int_or_none(getattr(self.worker, "consumer_generation_id", None)),
+            "failure": self.worker.engine.failure,
+            "generation": self.worker.membership.generation,
             "sampled_at": round(self.clock(), 3),
             "active": {rename[t]: ps for t, ps in active.items()},
             "standby": {rename[t]: ps for t, ps in standby.items()},
@@ -91,17 +90,17 @@ class WorkerReports:
 
     def status(self) -> str:
         """failed, rebalancing, recovering, idle (no partition) or running."""
-        if self.worker.wiring.engine.failure is not None:
+        membership = self.worker.membership
+        if self.worker.engine.failure is not None:
             return "failed"
-        if self.worker.rebalancing:
+        if membership.rebalancing:
             return "rebalancing"
-        try:
-            assigned = self.worker.assignor.assigned_actives()
-        except Exception:  # no assignment before the first rebalance
+        assignment = membership.assignment()
+        if assignment is None:  # no assignment before the first rebalance
             return "idle"
-        if recovery_progress(self.worker)["remaining_total"]:
+        if membership.restore_progress()["remaining_total"]:
             return "recovering"
-        return "running" if assigned else "idle"
+        return "running" if assignment.actives else "idle"
 
     def copies(
         self,
@@ -111,7 +110,7 @@ class WorkerReports:
     ) -> list[dict[str, Any]]:
         """Each table partition held here: its kind of copy, how far it is behind its
         inputs (``lag_records``, ``lag_ms``) and behind its changelog (``changelog_lag``)."""
-        declared = self.worker.wiring.tables.declared
+        stores = self.worker.stores
         found = []
         for replica, held in (("active", active), ("standby", standby)):
             for topic, partitions in sorted(held.items()):
@@ -119,14 +118,14 @@ class WorkerReports:
                 if name is None:
                     continue
                 for partition in partitions:
-                    found.append(self._copy(name, declared[name], topic, partition, replica))
+                    found.append(self._copy(name, stores[name], topic, partition, replica))
         return found
 
     def _copy(
-        self, name: str, table: Any, topic: str, partition: int, replica: str
+        self, name: str, store: ServedStore, topic: str, partition: int, replica: str
     ) -> dict[str, Any]:
         try:
-            stored = FaustTableStore(table).position(partition)
+            stored = store.position(partition)
             position = self.positions.of(name, partition, stored)
             lag_records, lag_ms = position.lag_records, position.lag_ms
         except Exception:  # the partition's database is still locked by a rebalance
@@ -137,26 +136,25 @@ class WorkerReports:
             "replica": replica,
             "lag_records": lag_records,
             "lag_ms": lag_ms,
-            "changelog_lag": self._changelog_lag(table, topic, partition),
+            "changelog_lag": self._changelog_lag(store, topic, partition),
         }
 
-    def _changelog_lag(self, table: Any, topic: str, partition: int) -> int | None:
-        tp = TP(topic, partition)
+    def _changelog_lag(self, store: ServedStore, topic: str, partition: int) -> int | None:
+        highwater = self.worker.membership.highwater(TP(topic, partition))
+        if highwater is None:
+            return None
         try:
-            highwater = self.worker.consumer.highwater(tp)
-            persisted = persisted_offset(table, tp)
-        except Exception:  # not fetched by this consumer yet
+            persisted = store.persisted_offset(partition)
+        except Exception:  # the partition's database is still locked by a rebalance
             return None
-        if highwater is None or highwater < 0:
-            return None
-        return max(0, int(highwater) - 1 - (-1 if persisted is None else persisted))
+        return max(0, highwater - 1 - (-1 if persisted is None else persisted))
 
     def sources(self) -> list[dict[str, Any]]:
         """Each topic partition this worker's tasks read: the next offset to apply, the
         end offset, and the lag in records and in ms."""
         now = time.monotonic()
         found = []
-        for task in list(self.worker.wiring.engine.tasks.values()):
+        for task in list(self.worker.engine.tasks.values()):
             for tp, offset in sorted(task.checkpoint.next.items()):
                 end = self.ends.end(tp.topic, tp.partition)
                 done = offset or 0
@@ -178,7 +176,7 @@ class WorkerReports:
         """The restore of the active partitions: per partition the offset restored and
         the target, and this process's restore figures."""
         try:
-            progress = recovery_progress(self.worker)
+            progress = self.worker.membership.restore_progress()
         except Exception:  # the table manager is not started yet
             return {"in_progress": False, "remaining_total": 0, "partitions": [], "stats": None}
         partitions = []
@@ -211,7 +209,3 @@ class WorkerReports:
             else:
                 reports[url] = {"url": url, "reachable": False, "status": "unreachable"}
         return [reports[url] for url in sorted(reports)]
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) else None

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from api.broker import consumer_connected
 from api.deps import Worker
 from api.schemas import Readiness
-from tables.faust_adapter import recovery_progress
 
 router = APIRouter(tags=["health"])
 
@@ -23,11 +19,6 @@ STALLED_NOT_READY_S = 10.0
 async def health() -> dict[str, str]:
     """200 while the process runs."""
     return {"status": "ok"}
-
-
-def restore_progress(worker: Any) -> dict[str, Any]:
-    """Per active changelog partition: the offset restored so far and the target."""
-    return recovery_progress(worker)
 
 
 @router.get(
@@ -48,12 +39,11 @@ async def ready(worker: Worker) -> JSONResponse:
     partitions whose cycle failed, waits on Kafka or has been applying its records for
     10 s (reason, input offsets, attempts); one that failed or waits for
     :data:`STALLED_NOT_READY_S` or more makes the answer 503 ``stalled``."""
-    try:
-        assignment = worker.assignor.assigned_actives()
-    except Exception:  # no assignment before the first rebalance
-        assignment = set()
-    progress = restore_progress(worker)
-    engine = worker.wiring.engine
+    membership = worker.membership
+    found = membership.assignment()
+    assignment = found.actives if found is not None else frozenset()
+    progress = membership.restore_progress()
+    engine = worker.engine
     stalled = engine.stalled()
     failure = engine.failure
     if failure is not None:
@@ -66,7 +56,10 @@ async def ready(worker: Worker) -> JSONResponse:
             },
             status_code=503,
         )
-    if consumer_connected(worker) is False:
+    # Read from the consumer's own connections, not from new probe connections: on
+    # loopback a probe of a stopped broker's port can connect the socket to itself (TCP
+    # self-connect) and keep the broker from binding its port again.
+    if membership.broker_connected() is False:
         return JSONResponse(
             {
                 "status": "broker-unreachable",
@@ -78,7 +71,7 @@ async def ready(worker: Worker) -> JSONResponse:
             status_code=503,
             headers={"Retry-After": "2"},
         )
-    if worker.rebalancing or not assignment or progress["remaining_total"]:
+    if membership.rebalancing or not assignment or progress["remaining_total"]:
         return JSONResponse(
             {
                 "status": "recovering",

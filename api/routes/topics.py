@@ -261,5 +261,5 @@ async def produce(
     return Produced(
         topic=topic,
         offsets=[RecordOffset(partition=p, offset=o) for p, o in placed],
-        token=encode_token(Token(topic, positions), worker.conf.id),
+        token=encode_token(Token(topic, positions), worker.membership.app_id),
     )

@@ -20,7 +20,7 @@ TABLE = QueryTable(
     topic="streamstate-word_counts-changelog",
     partitions=4,
     standby_replicas=1,
-    table=None,
+    store=None,
 )
 PLAIN = KeyQuery(TABLE, "needle", b"needle", 1)
 

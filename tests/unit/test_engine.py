@@ -294,7 +294,6 @@ def word_engine(connector: LogConnector, table: MemoryTable) -> Engine:
         word_pipelines(),
         {WORD_COUNTS: table},
         connector,
-        exactly_once=connector.exactly_once,
         partitions=PARTITIONS,
     )
 
@@ -419,9 +418,7 @@ def test_a_record_that_raises_goes_to_its_dead_letter_topic_and_the_rest_take_ef
     for value in [b"a", b"b", b"poison", b"a", b"c"]:
         log.append(TP("in", 0), None, value)
     connector = LogConnector(log, exactly_once=True)
-    engine = Engine(
-        [boom_on(b"poison")], {"t": table}, connector, exactly_once=True, partitions=PARTITIONS
-    )
+    engine = Engine([boom_on(b"poison")], {"t": table}, connector, partitions=PARTITIONS)
     run(engine, connector, limit=10)
     assert table.values() == {b"a": 2, b"b": 1, b"c": 1}
     assert [r.key for r in log.topic("out")] == [b"a", b"b", b"a", b"c"]
@@ -463,7 +460,6 @@ def test_pipelines_reading_one_topic_parse_each_record_once_per_cycle() -> None:
         [summing("first"), summing("second")],
         tables,
         connector,
-        exactly_once=True,
         partitions=PARTITIONS,
     )
     run(engine, connector, limit=10)
@@ -493,7 +489,7 @@ def test_records_applied_one_by_one_after_a_failure_each_get_their_own_parse() -
         log.append(TP("in", 0), None, value)
     connector = LogConnector(log, exactly_once=True)
     pipeline = Pipeline("sum", reads=("in",), writes=(TableSpec("t"),), process=summing)
-    engine = Engine([pipeline], {"t": table}, connector, exactly_once=True, partitions=PARTITIONS)
+    engine = Engine([pipeline], {"t": table}, connector, partitions=PARTITIONS)
     run(engine, connector, limit=10)
     assert table.values() == {v: int(v) for v in values if v != b"13"}
     assert [r.value for r in log.topic(dlq_topic("in"))] == [b"13"]
@@ -585,7 +581,7 @@ def test_a_task_starts_from_the_committed_offsets_and_drops_what_was_fetched_bef
 def test_pipelines_must_declare_the_tables_they_write() -> None:
     connector = LogConnector(Log(), exactly_once=True)
     with pytest.raises(ValueError, match="undeclared tables"):
-        Engine([boom_on(b"x")], {}, connector, exactly_once=True, partitions=PARTITIONS)
+        Engine([boom_on(b"x")], {}, connector, partitions=PARTITIONS)
 
 
 def test_a_store_that_fails_after_kafka_took_the_cycle_is_a_store_failure() -> None:

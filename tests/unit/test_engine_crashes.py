@@ -243,7 +243,6 @@ def test_at_least_once_settling_loses_no_pair_when_kafka_takes_half_a_cycle(
             pipelines,
             tables,
             connector,
-            exactly_once=False,
             partitions=PARTITIONS,
         )
 

@@ -4,15 +4,14 @@ the input offset it is stuck at and why."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
+from dataclasses import replace
 
 from fastapi.testclient import TestClient
 
 from api.app import create_api
 from core.settings import Settings
 from tables.engine import TP, Engine
-from tables.rebalances import RebalanceLog
-from tests.support.api import APP_ID
+from tests.support.api import FixedMembership, worker_view
 from tests.support.clock import Clock
 from tests.unit.test_engine import Log, MemoryTable, offer_next
 from tests.unit.test_refusals import FlakyConnector, engine_over, growing, write
@@ -35,27 +34,9 @@ def stalled_engine(clock: Clock) -> tuple[Engine, FlakyConnector]:
 
 
 def client(engine: Engine) -> TestClient:
-    worker = SimpleNamespace(
-        conf=SimpleNamespace(canonical_url="http://127.0.0.1:6066", id=APP_ID),
-        settings=Settings(broker_url="127.0.0.1:9"),
-        tables=SimpleNamespace(
-            recovery=SimpleNamespace(
-                active_tps=set(), active_highwaters={}, active_offsets={}, active_remaining=dict
-            )
-        ),
-        assignor=SimpleNamespace(assigned_actives=lambda: {TP("streamstate-t-changelog", 0)}),
-        rebalancing=False,
-        wiring=SimpleNamespace(
-            engine=engine,
-            inputs={},
-            tables={},
-            globals={},
-            pipelines=[],
-            rebalances=RebalanceLog(),
-        ),
-        on_partitions_revoked=SimpleNamespace(connect=lambda receiver, weak=True: None),
-    )
-    return TestClient(create_api(worker))
+    membership = FixedMembership(actives=frozenset({TP("streamstate-t-changelog", 0)}))
+    worker = worker_view(Settings(broker_url="127.0.0.1:9"), engine, membership)
+    return TestClient(create_api(replace(worker, inputs={})))
 
 
 def test_a_short_stall_is_listed_and_the_worker_stays_ready(clock: Clock) -> None:

@@ -50,3 +50,104 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "upward.py"
     module.write_text("from app.main import app\nimport tables.engine\nfrom . import sibling\n")
     assert project_imports(module) == {"app", "tables"}
+
+
+#: What only the faust adapter (tables/faust_adapter.py) may import: faust, the service
+#: library it runs on, and the stores' database.
+ADAPTED = {"faust", "mode", "rocksdict"}
+#: Keys of a partition database that only its store (``FaustTableStore``) names.
+STORE_INTERNALS = {"POSITION_KEY"}
+
+
+def door_breaches(path: Path) -> list[str]:
+    """Where a module reaches past the adapter: an import of what only the adapter may
+    import or of a store's internal key, or an attribute of another object whose name is
+    private (``x._dbs``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            names = []
+        found += [f"{node.lineno}: import {n}" for n in names if n.split(".")[0] in ADAPTED]
+        if isinstance(node, ast.ImportFrom):
+            found += [
+                f"{node.lineno}: import {alias.name}"
+                for alias in node.names
+                if alias.name in STORE_INTERNALS
+            ]
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        ):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_query_layer_reaches_faust_only_through_the_adapter() -> None:
+    breaches = {
+        str(path.relative_to(ROOT)): found
+        for path in sorted((ROOT / "api").rglob("*.py"))
+        if (found := door_breaches(path))
+    }
+    assert not breaches, f"api/ reaches past tables/membership.py and the stores: {breaches}"
+
+
+def test_the_door_check_sees_faust_and_private_attributes(tmp_path: Path) -> None:
+    module = tmp_path / "through.py"
+    module.write_text(
+        "from faust.types import TP\n"
+        "import mode\n"
+        "def read(table, p):\n"
+        "    return table.data._dbs[p]\n"
+        "class Own:\n"
+        "    def go(self):\n"
+        "        return self._mine, x.__dict__\n"
+    )
+    assert door_breaches(module) == [
+        "1: import faust.types",
+        "2: import mode",
+        "4: table.data._dbs",
+    ]
+
+
+PACKAGES = ("core", "tables", "streams", "agents", "api", "jobs", "app")
+
+
+def guarantee_decisions(path: Path) -> list[int]:
+    """Lines of a module that work out the processing guarantee from its setting
+    (a comparison with ``.processing_guarantee``) instead of reading
+    ``Settings.exactly_once``."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if isinstance(node, ast.Compare)
+        and any(
+            isinstance(part, ast.Attribute) and part.attr == "processing_guarantee"
+            for part in (node.left, *node.comparators)
+        )
+    ]
+
+
+def test_the_processing_guarantee_is_decided_once_in_the_settings() -> None:
+    found = {
+        str(path.relative_to(ROOT)): lines
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path != ROOT / "core" / "settings.py" and (lines := guarantee_decisions(path))
+    }
+    assert not found, f"read Settings.exactly_once instead: {found}"
+
+
+def test_the_guarantee_check_sees_a_comparison(tmp_path: Path) -> None:
+    module = tmp_path / "again.py"
+    module.write_text(
+        "once = settings.exactly_once\n"
+        "conf.processing_guarantee = 'at_least_once'\n"
+        "eos = settings.processing_guarantee == 'exactly_once'\n"
+    )
+    assert guarantee_decisions(module) == [3]

@@ -21,7 +21,7 @@ TABLE = QueryTable(
     topic="streamstate-inventory-changelog",
     partitions=4,
     standby_replicas=1,
-    table=None,
+    store=None,
 )
 QUERY = KeyQuery(
     TABLE,

@@ -80,7 +80,6 @@ def engine_over(
         pipelines,
         dict(tables),
         connector,
-        exactly_once=connector.exactly_once,
         partitions=PARTITIONS,
     )
 

@@ -11,8 +11,8 @@ from faust.types import TP
 
 from tables.faust_adapter import (
     EngineTable,
+    FaustTableStore,
     newer_than_stored,
-    partition_db,
     persisted_offset,
     tracked_only,
     write_run,
@@ -56,7 +56,7 @@ def test_a_run_is_written_with_its_offset_and_tombstones_delete(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = word_counts(monkeypatch, tmp_path)
-    db = partition_db(table, 3)
+    db = FaustTableStore(table).partition(3).db
     db[b"gone"] = b"1"
     run = [
         Record(10, "état".encode(), b"1"),
@@ -169,7 +169,7 @@ def test_records_a_partition_already_holds_are_not_written_again(
     newer values and the offset alone, and writes only what lies beyond them."""
     table = word_counts(monkeypatch, tmp_path)
     tp = TP(table.changelog_topic.get_topic_name(), 2)
-    db = partition_db(table, 2)
+    db = FaustTableStore(table).partition(2).db
     # what the bulk restore wrote: offsets 0..20, the last values "new"
     write_run(table.data, 2, [Record(o, f"k{o % 4}".encode(), b"new") for o in range(21)], 20)
     # a stale buffer of offsets 10..24, then a second flush of 25..26
@@ -192,6 +192,6 @@ def test_table_partitions_open_with_the_configured_memtable(
     monkeypatch.setenv("STREAMSTATE_ROCKSDB_WRITE_BUFFER_MB", "2")
     table = word_counts(monkeypatch, tmp_path)
     assert table.data.rocksdb_options.write_buffer_size == 2 * 1024 * 1024
-    partition_db(table, 0)
+    FaustTableStore(table).partition(0)
     options = next((tmp_path / "v1" / "tables").glob("word_counts-0.db/OPTIONS-*")).read_text()
     assert "write_buffer_size=2097152" in options

@@ -23,7 +23,10 @@ def test_faust_environment_names_are_read(monkeypatch: pytest.MonkeyPatch) -> No
     assert settings.broker_url == "kafka://10.0.0.5:9092"
     assert settings.topic_partitions == 12
     assert settings.processing_guarantee == "exactly_once"
+    assert settings.exactly_once
     assert settings.table_standby_replicas == 2
+    monkeypatch.setenv("PROCESSING_GUARANTEE", "at_least_once")
+    assert not Settings().exactly_once
 
 
 def test_streamstate_prefix_for_settings_faust_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
