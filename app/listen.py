@@ -129,7 +129,11 @@ def reserve(argv: Sequence[str], environ: Mapping[str, str]) -> socket.socket | 
     address = worker_address(argv, environ)
     if address is None:
         return None
-    sock = socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET)
+    # Named TCP, as the server's own socket would be: asyncio turns Nagle's algorithm off
+    # (TCP_NODELAY) only on connections of a socket whose protocol says TCP; with it on,
+    # a response written in two parts waited out the client's delayed ACK (40 ms).
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)

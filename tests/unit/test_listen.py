@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import socket
@@ -87,3 +88,35 @@ def test_a_reservation_for_another_address_is_closed_when_the_server_takes_its_o
     assert reserved is not None
     assert listen.take("127.0.0.1", port + 1) is None
     assert reserved.fileno() == -1  # closed
+
+
+def test_the_servers_connections_on_a_reserved_port_send_without_delay() -> None:
+    """asyncio turns Nagle's algorithm off only on connections of a socket named TCP: on
+    one that is not, a response written in two parts waits out the client's delayed ACK
+    (40 ms a read)."""
+    port = free_port()
+    reserved = listen.reserve(["faust", "-A", "app.main", "worker", "--web-port", str(port)], {})
+    assert reserved is not None
+    listen.take("127.0.0.1", port)
+    listen.hand_over(reserved)
+    nodelay: list[int] = []
+
+    async def serve() -> None:
+        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nodelay.append(
+                writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            )
+            writer.close()
+
+        server = await asyncio.start_server(on_connection, sock=reserved)
+        async with server:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            for _ in range(100):
+                if nodelay:
+                    break
+                await asyncio.sleep(0.01)
+            writer.close()
+
+    asyncio.run(serve())
+    assert nodelay
+    assert nodelay[0] != 0
