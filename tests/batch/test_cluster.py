@@ -14,7 +14,6 @@ stand in for the workers' (tests/batch/test_recompute_live.py runs real workers)
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
@@ -26,7 +25,6 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from core.topics import partition_for
 from jobs import pyenv
@@ -36,7 +34,7 @@ from jobs.session import jar_cache
 from jobs.standalone import StandaloneCluster, node_env, spark_home
 from streams.testing import TestDriver
 from tests.support.kafka import ROOT, TEST_PORT, LocalKafka, local_kafka, running
-from tests.support.kafka_io import create_topics
+from tests.support.kafka_io import create_topics, publish
 from tests.support.workloads import DEMO_MODULES, demo_records
 
 pytestmark = [pytest.mark.batch, pytest.mark.integration]
@@ -74,21 +72,6 @@ def driver(user_module: Path) -> TestDriver:
     return found
 
 
-async def _publish(bootstrap: str, records: list[Any]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=10)
-    await producer.start()
-    try:
-        sent = [
-            await producer.send(
-                r.topic, r.value, key=r.key, partition=r.partition, timestamp_ms=r.timestamp
-            )
-            for r in records
-        ]
-        await asyncio.gather(*sent)
-    finally:
-        await producer.stop()
-
-
 @pytest.fixture(scope="module")
 def kafka(driver: TestDriver) -> Iterator[LocalKafka]:
     """A broker with the driver's source records and its tables' changelogs, two words
@@ -101,7 +84,7 @@ def kafka(driver: TestDriver) -> Iterator[LocalKafka]:
         records = [
             r for tp, rs in sorted(driver.log.records.items()) if tp.topic in wanted for r in rs
         ]
-        asyncio.run(_publish(cluster.bootstrap, records))
+        publish(cluster.bootstrap, records)
         words = driver.table("word_counts")
         wrong = sorted(words)[0]
         drift = [
@@ -112,7 +95,7 @@ def kafka(driver: TestDriver) -> Iterator[LocalKafka]:
             _Changed(key, value, partition_for(key, PARTITIONS), int(time.time() * 1000))
             for key, value in drift
         ]
-        asyncio.run(_publish(cluster.bootstrap, changed))
+        publish(cluster.bootstrap, changed)
         yield cluster
 
 

@@ -13,7 +13,6 @@ publish its corrections in the contract's format.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -24,7 +23,6 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from core.topics import POSITION_KEY, partition_for
 from jobs.compare import same_value
@@ -33,7 +31,7 @@ from streams.testing import TestDriver
 from tables.engine import TP
 from tables.windows import table_key
 from tests.support.kafka import ROOT, TEST_PORT, LocalKafka, local_kafka
-from tests.support.kafka_io import create_topics, read_topic
+from tests.support.kafka_io import create_topics, publish, read_topic
 from tests.support.pipelines import VIEWS
 from tests.support.workloads import DEMO_MODULES, demo_records, page_view_records
 
@@ -59,25 +57,6 @@ def driver() -> TestDriver:
         found.produce("deposits", {"amount": n % 9}, key=f"acct-{n % 13}", timestamp=now - n)
     found.run()
     return found
-
-
-async def _publish(bootstrap: str, records: list[Any]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=10)
-    await producer.start()
-    try:
-        sent = [
-            await producer.send(
-                r.topic, r.value, key=r.key, partition=r.partition, timestamp_ms=r.timestamp
-            )
-            for r in records
-        ]
-        await asyncio.gather(*sent)
-    finally:
-        await producer.stop()
-
-
-def publish(bootstrap: str, records: list[Any]) -> None:
-    asyncio.run(_publish(bootstrap, records))
 
 
 def changelog(table: str) -> str:

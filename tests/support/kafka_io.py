@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,3 +228,24 @@ def committed_records(bootstrap: str, group: str, topic: str) -> int:
         return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic)
 
     return asyncio.run(read())
+
+
+async def _publish(bootstrap: str, records: Sequence[Any]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=10)
+    await producer.start()
+    try:
+        sent = [
+            await producer.send(
+                r.topic, r.value, key=r.key, partition=r.partition, timestamp_ms=r.timestamp
+            )
+            for r in records
+        ]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+
+
+def publish(bootstrap: str, records: Sequence[Any]) -> None:
+    """Produce records as a test driver's log holds them (``topic``, ``key``, ``value``,
+    ``partition``, ``timestamp``), each to its own partition with its own timestamp."""
+    asyncio.run(_publish(bootstrap, records))
