@@ -134,6 +134,31 @@ class LoadFigures:
     def acked_total(self) -> int:
         return sum(self.acked.values())
 
+    def until(self, later: LoadFigures) -> LoadFigures:
+        """What the generator did from these figures to ``later`` (acknowledged records,
+        wall time and stalls), as figures that start from nothing."""
+        return LoadFigures(
+            acked={t: n - self.acked.get(t, 0) for t, n in later.acked.items()},
+            failed={t: n - self.failed.get(t, 0) for t, n in later.failed.items()},
+            running_s=later.running_s - self.running_s,
+            stalls=[(at - self.running_s, s) for at, s in later.stalls if at > self.running_s],
+            skipped_s=later.skipped_s - self.skipped_s,
+        )
+
+    def __add__(self, other: LoadFigures) -> LoadFigures:
+        """Two stretches of the generator's work, one after the other."""
+        topics = set(self.acked) | set(other.acked)
+        return LoadFigures(
+            acked={t: self.acked.get(t, 0) + other.acked.get(t, 0) for t in topics},
+            failed={
+                t: self.failed.get(t, 0) + other.failed.get(t, 0)
+                for t in set(self.failed) | set(other.failed)
+            },
+            running_s=self.running_s + other.running_s,
+            stalls=[*self.stalls, *((at + self.running_s, s) for at, s in other.stalls)],
+            skipped_s=self.skipped_s + other.skipped_s,
+        )
+
     def since(self, earlier: LoadFigures) -> dict[str, Any]:
         """What was offered between ``earlier`` and these figures: records acknowledged
         per second of wall time the generator was asked to offer (stalls included), and

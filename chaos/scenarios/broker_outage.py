@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from chaos.env import kill_broker, reset, start, wait_ready, workdir
-from chaos.load import LoadLevel
+from chaos.load import LoadFigures, LoadLevel
 from chaos.session import Session, through_a_broker_fault
 from tests.support.kafka import LocalKafka
 from tests.support.workers import Worker
@@ -57,10 +57,15 @@ def _outage(
     samples = _observe(workers, killed_at, down_s)
     start(kafka)  # returns once the broker answers
     back_at = time.monotonic()
+    up_again = load.figures
     ready_again = [_ready_after(w, back_at) for w in workers]
     time.sleep(load_s)
-    session.pause()
+    after = session.pause()
     paused = time.monotonic()
+    assert session.offered_from is not None
+    # While the only broker is down nothing can be acknowledged: what was offered is
+    # measured over the stretches it was up.
+    while_up = session.offered_from.until(before) + up_again.until(after)
     settled = session.settle()
     back = session.monitor.first_at_most(lag_before or 0, back_at)
     counted = [s for s in samples if s["after_s"] >= FIRST_SECOND]
@@ -79,6 +84,7 @@ def _outage(
         "not_503_examples": [s for s in counted if s["ready"] != 503][:3],
         "ready_again_after_s": ready_again,
         "acked_before_outage": before.acked_total,
+        "offered_while_up": while_up.since(LoadFigures()),
         "lag_before_kill": lag_before,
         "peak_lag": session.monitor.peak_lag(killed_at, settled.caught_up_at or time.monotonic()),
         "back_to_lag_before_s": None if back is None or back > paused else round(back - back_at, 1),

@@ -319,3 +319,21 @@ def test_the_calibration_times_the_group_from_the_generators_first_records(
     # offered from 102 to 107 (5 s), caught up at 122: 20 s from the first record
     assert (found.offered_s, found.processed_s, found.caught_up) == (5.0, 20.0, True)
     assert (found.lines_per_s, found.events_per_s) == (2_500.0, 500.0)
+
+
+def test_a_broker_outage_is_judged_on_what_was_offered_while_the_broker_was_up() -> None:
+    """Nothing can be acknowledged while the only broker is down: over the whole wall
+    time the offered rate falls short by construction; over the time it was up it must
+    still reach the plan, and falls short when the generator did."""
+    level = {"lines_per_s": 4000, "events_per_s": 400}
+    start = LoadFigures()
+    before = LoadFigures(acked={"text-lines": 40_000, "item-events": 4_000}, running_s=10.0)
+    back = LoadFigures(acked={"text-lines": 40_000, "item-events": 4_000}, running_s=20.0)
+    after = LoadFigures(acked={"text-lines": 80_000, "item-events": 8_000}, running_s=30.0)
+    load = {"level": level, **after.since(start)}
+    assert not checks.offered(load)[0].ok  # 2,667 lines/s over the wall time
+    while_up = start.until(before) + back.until(after)
+    assert checks.offered(load, while_up.since(LoadFigures()), "the time it was up")[0].ok
+    short = LoadFigures(acked={"text-lines": 60_000, "item-events": 6_000}, running_s=30.0)
+    short_while_up = start.until(before) + back.until(short)
+    assert not checks.offered(load, short_while_up.since(LoadFigures()), "up")[0].ok
