@@ -238,7 +238,7 @@ def broker_outage(r: dict[str, Any]) -> list[Check]:
         exact(r["drift"], "after catch-up"),
         *compared(r["drift"], "after catch-up"),
         *no_loss(r),
-        *offered(r["load"], r["offered_while_up"], "the wall time the broker was up"),
+        *offered(r["load"], r["offered_before_outage"], "the wall time before the outage"),
     ]
 
 

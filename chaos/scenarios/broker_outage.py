@@ -63,9 +63,11 @@ def _outage(
     after = session.pause()
     paused = time.monotonic()
     assert session.offered_from is not None
-    # While the only broker is down nothing can be acknowledged: what was offered is
-    # measured over the stretches it was up.
-    while_up = session.offered_from.until(before) + up_again.until(after)
+    # While the only broker is down nothing can be acknowledged, and once it is back the
+    # generator's own producer takes a while to reconnect: the load the group faced is
+    # measured up to the outage; the stretches after it are reported beside it.
+    before_outage = session.offered_from.until(before)
+    while_up = before_outage + up_again.until(after)
     settled = session.settle()
     back = session.monitor.first_at_most(lag_before or 0, back_at)
     counted = [s for s in samples if s["after_s"] >= FIRST_SECOND]
@@ -84,6 +86,7 @@ def _outage(
         "not_503_examples": [s for s in counted if s["ready"] != 503][:3],
         "ready_again_after_s": ready_again,
         "acked_before_outage": before.acked_total,
+        "offered_before_outage": before_outage.since(LoadFigures()),
         "offered_while_up": while_up.since(LoadFigures()),
         "lag_before_kill": lag_before,
         "peak_lag": session.monitor.peak_lag(killed_at, settled.caught_up_at or time.monotonic()),
