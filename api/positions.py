@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from api.background import pause, stopped
 from tables.positions import Lineage, Position
 
 logger = logging.getLogger(__name__)
@@ -79,17 +80,16 @@ class InputEnds:
             tp: deque(maxlen=history) for tp in self.tps
         }
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     def start(self) -> None:
         if self._task is None:
+            self._stopping = asyncio.Event()
             self._task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stopped(task, self._stopping)
 
     def end(self, topic: str, partition: int) -> int | None:
         seen = self._history.get(TopicPartition(topic, partition))
@@ -110,19 +110,27 @@ class InputEnds:
                 seen.append((end, now))
 
     async def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self._read()
+            except Exception as error:  # no broker to start with: keep trying
+                logger.debug("input end offsets unavailable: %r; again in 2 s", error)
+                await pause(self._stopping, 2.0)
+
+    async def _read(self) -> None:
         isolation = "read_committed" if self.read_committed else "read_uncommitted"
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap, group_id=None, isolation_level=isolation
         )
         try:
             await consumer.start()
-            while True:
+            while not self._stopping.is_set():
                 try:
                     ends = await consumer.end_offsets(self.tps)
                     self.observe(ends, time.monotonic())
                 except Exception as error:  # the brokers are away: keep the last figures
                     logger.debug("input end offsets unavailable: %r", error)
-                await asyncio.sleep(self.interval)
+                await pause(self._stopping, self.interval)
         finally:
             with contextlib.suppress(Exception):
                 await consumer.stop()

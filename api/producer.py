@@ -17,6 +17,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from api.background import stopped
 from api.errors import KafkaUnavailable
 from api.records import Outgoing
 
@@ -119,10 +120,8 @@ class RecordProducer:
     async def stop(self) -> None:
         """Stop the producer, waiting at most :data:`STOP_TIMEOUT_S` for records in flight
         (aiokafka would wait for ever while the brokers are away)."""
-        if self._warm_up is not None:
-            self._warm_up.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._warm_up
+        # A producer cancelled while it connects would leave a connection behind.
+        await stopped(self._warm_up, asyncio.Event())
         async with self._lock:
             producer, self._producer = self._producer, None
         if producer is not None:

@@ -23,8 +23,8 @@ logger = logging.getLogger(__name__)
 async def ensure_topics(bootstrap: str, specs: list[TopicSpec], replication_factor: int) -> None:
     """Create missing topics; raise TopicLayoutError when one exists with other partitions."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
     try:
+        await admin.start()
         existing = set(await admin.list_topics())
         missing = [spec for spec in specs if spec.name not in existing]
         if missing:
@@ -56,8 +56,8 @@ async def ensure_topics(bootstrap: str, specs: list[TopicSpec], replication_fact
 async def partitions_of(bootstrap: str, topic: str, wait_s: float = 30.0) -> list[int]:
     """The partition ids of a topic, waiting up to ``wait_s`` for it to exist."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
     try:
+        await admin.start()
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
             described = await admin.describe_topics([topic])
@@ -73,8 +73,8 @@ async def topic_configs(bootstrap: str, topics: list[str]) -> dict[str, dict[str
     """Each existing topic's configuration as the broker applies it (its own settings,
     and the broker's defaults for the rest); topics the broker does not know are left out."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
     try:
+        await admin.start()
         resources = [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics]
         answers = await admin.describe_configs(resources)
     finally:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from api.console.background import cancelled
+from api.background import pause, stopped
 from api.console.dead_letters import DeadLetterTail
 from api.console.members import WorkerReports
 from api.console.nightly import NightlyReports
@@ -56,6 +56,7 @@ class Console:
         )
         self.nightly = NightlyReports(settings.nightly_reports)
         self._warm_up: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     def table_kinds(self) -> dict[str, str]:
         """The queryable tables' kinds (table, windowed, global)."""
@@ -71,10 +72,10 @@ class Console:
     async def _start_readers(self) -> None:
         # Not before: the topics of a new cluster have no leaders for a moment, and the
         # readers' first requests would fail (and be logged) until they have.
-        while True:
-            if self.reports.status() == "running":
-                break
-            await asyncio.sleep(0.5)
+        while self.reports.status() != "running":
+            if self._stopping.is_set():
+                return
+            await pause(self._stopping, 0.5)
         self.dead_letters.start()
         try:
             await self.replay_log.start()
@@ -82,7 +83,7 @@ class Console:
             logger.info("the replay log starts on first use: %r", error)
 
     async def stop(self) -> None:
-        await cancelled(self._warm_up)
+        await stopped(self._warm_up, self._stopping)
         await self.sampler.stop()
         await self.dead_letters.stop()
         await self.replay_log.stop()

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from api.console.background import cancelled
+from api.background import pause, stopped
 from tables.pipeline import ERROR_HEADER
 
 logger = logging.getLogger(__name__)
@@ -156,14 +156,16 @@ class DeadLetterTail:
         self.positions: dict[TopicPartition, int] = {}
         self.caught_up = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     def start(self) -> None:
         if self._task is None:
+            self._stopping = asyncio.Event()
             self._task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        await cancelled(task)
+        await stopped(task, self._stopping)
 
     async def records(self, topic: str | None, limit: int) -> list[DeadLetter]:
         """The latest ``limit`` dead letters (of ``topic``, or of all), newest first."""
@@ -187,7 +189,7 @@ class DeadLetterTail:
         return totals
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self._read()
             except asyncio.CancelledError:
@@ -195,7 +197,7 @@ class DeadLetterTail:
             except Exception as error:  # the brokers are away: read again from the latest
                 # /ready and the engine report a broker outage; this would only repeat it.
                 logger.debug("the dead-letter topics cannot be read: %r; again in 2 s", error)
-                await asyncio.sleep(2.0)
+                await pause(self._stopping, 2.0)
 
     async def _read(self) -> None:
         consumer = AIOKafkaConsumer(
@@ -210,7 +212,7 @@ class DeadLetterTail:
             targets = await self._seek_to_latest(consumer)
             for letters in self.latest.values():
                 letters.clear()
-            while True:
+            while not self._stopping.is_set():
                 batches = await consumer.getmany(timeout_ms=500, max_records=2000)
                 for tp, records in batches.items():
                     self.latest[tp].extend(DeadLetter.of(r) for r in records)

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from api.console.background import cancelled
+from api.background import pause, stopped
 from core.admin import ensure_topics
 from core.topics import TopicSpec
 
@@ -83,6 +83,7 @@ class ReplayLog:
         self._producer: AIOKafkaProducer | None = None
         self._reader: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -111,11 +112,12 @@ class ReplayLog:
                         await client.stop()
                 raise
             self._producer, self._reader = producer, reader
+            self._stopping = asyncio.Event()
             self._task = asyncio.ensure_future(self._read())
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        await cancelled(task)
+        await stopped(task, self._stopping)
         for client in (self._producer, self._reader):
             if client is not None:
                 with contextlib.suppress(Exception):
@@ -124,13 +126,13 @@ class ReplayLog:
 
     async def _read(self) -> None:
         assert self._reader is not None
-        while True:
+        while not self._stopping.is_set():
             try:
                 batches = await self._reader.getmany(self.tp, timeout_ms=500)
                 position = await self._reader.position(self.tp)
             except Exception as error:  # the brokers are away: waits time out meanwhile
                 logger.debug("the replay log cannot be read: %r; again in 2 s", error)
-                await asyncio.sleep(2.0)
+                await pause(self._stopping, 2.0)
                 continue
             async with self._moved:
                 for record in batches.get(self.tp, []):

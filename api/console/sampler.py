@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.console.background import cancelled
+from api.background import cancelled
 
 #: (pipeline, topic or table) -> running total
 Totals = Counter[tuple[str, str]]
