@@ -14,6 +14,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from chaos.compare import Tables
 from chaos.workload import partition_of
 from tests.support.workers import Worker
 
@@ -46,6 +47,24 @@ def sample_keys(tables: dict[str, list[str]], per_partition: int = 1) -> list[tu
                 taken[partition] = taken.get(partition, 0) + 1
                 chosen.append((table, key))
     return chosen
+
+
+def keys_to_read(tables: Tables, timeout: float = 120.0) -> list[tuple[str, str]]:
+    """Two keys of each partition of word_counts and inventory, read from their
+    changelogs through ``tables`` once they have some:
+    on a busy machine the group may take a while to write its first ones."""
+    deadline = time.monotonic() + timeout
+    while True:
+        tables.refresh()
+        names = ("word_counts", "inventory")
+        sampled = sample_keys(
+            {name: [k.decode() for k in tables.state(name)] for name in names}, per_partition=2
+        )
+        if sampled:
+            return sampled
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no key in word_counts or inventory after {timeout:g} s")
+        time.sleep(1.0)
 
 
 def read(front: Worker, table: str, key: str, timeout: float = 5.0) -> Answer:

@@ -33,7 +33,7 @@ from chaos.env import (
 from chaos.lag import LagMonitor
 from chaos.load import LoadFigures, LoadLevel
 from chaos.nightly import batch_report
-from chaos.probe import ReadProbe, failover, sample_keys
+from chaos.probe import ReadProbe, failover, keys_to_read
 from chaos.replicas import audit, read_copies
 from chaos.session import Session, Settled
 from tests.support.kafka import LocalKafka
@@ -191,19 +191,7 @@ class KillRun:
         busy machine the group may take a while to write its first ones)."""
         if self.probe is not None:
             return
-        deadline = time.monotonic() + timeout
-        while True:
-            self.session.tables.refresh()
-            keys = {
-                "word_counts": [k.decode() for k in self.session.tables.state("word_counts")],
-                "inventory": [k.decode() for k in self.session.tables.state("inventory")],
-            }
-            sampled = sample_keys(keys, per_partition=2)
-            if sampled:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no key in word_counts or inventory after {timeout:g} s")
-            time.sleep(1.0)
+        sampled = keys_to_read(self.session.tables, timeout)
         self.probe = ReadProbe(sampled, self.members).start()
 
     def _fronts(self, workers: list[Worker]) -> None:

@@ -25,7 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from chaos.env import Group, crashes, group, reset, wait_ready, workdir
 from chaos.lag import GROUP, INPUTS, LagMonitor, sample_of
 from chaos.load import LoadLevel
-from chaos.probe import ReadProbe, sample_keys
+from chaos.probe import ReadProbe, keys_to_read
 from chaos.reader import committed_offsets
 from chaos.session import Session
 from tests.support.kafka import LocalKafka
@@ -287,19 +287,7 @@ class ScaleRun:
         return None
 
     def _start_probe(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            self.session.tables.refresh()
-            keys = {
-                "word_counts": [k.decode() for k in self.session.tables.state("word_counts")],
-                "inventory": [k.decode() for k in self.session.tables.state("inventory")],
-            }
-            sampled = sample_keys(keys, per_partition=2)
-            if sampled:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no key in word_counts or inventory after {timeout:g} s")
-            time.sleep(1.0)
+        sampled = keys_to_read(self.session.tables, timeout)
         self.probe = ReadProbe(sampled, self.lasting, pace_s=0.02).start()
 
     def _reads(self, start: float, end: float) -> dict[str, Any]:
