@@ -24,6 +24,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "wordcount": (
         "events_per_s",
         "eos_events_per_s",
+        "console_events_per_s",
         "baseline_faust_events_per_s",
         "ceiling_aiokafka_events_per_s",
         *KSTREAMS,
@@ -89,6 +90,15 @@ def kstreams_rows(section: str, unit: str, ratio: float) -> tuple[Row, ...]:
 ROWS = (
     Row("wordcount", "events_per_s", "word count, project worker", "lines/s"),
     Row("wordcount", EOS, "word count, project worker, exactly_once", "lines/s"),
+    Row("wordcount", "console_events_per_s", "word count, console open", "lines/s"),
+    Row(
+        "wordcount",
+        "console_events_per_s",
+        "console open vs closed",
+        "",
+        "events_per_s",
+        0.9,
+    ),
     Row("wordcount", "events_per_s", "vs the faust baseline", "", FAUST, 5.0),
     Row("wordcount", "events_per_s", "vs the aiokafka ceiling", "", CEILING, 0.75),
     Row("wordcount", EOS, "exactly_once vs the aiokafka ceiling", "", CEILING, 0.75),

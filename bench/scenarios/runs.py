@@ -15,6 +15,7 @@ import orjson
 
 from agents.schemas import SETTLED_SALES, SOURCE_TOPICS
 from bench import kstreams
+from bench.console import console_open
 from bench.kafka import BenchKafka, create_project_topics, delete_topics, rewind_group
 from bench.kstreams import KStreamsApp
 from bench.procs import PROJECT_GROUP, Worker, run_module
@@ -144,13 +145,23 @@ def run_project(
     topics: Topics,
     total: int,
     max_s: float,
+    *,
+    console: bool = False,
 ) -> tuple[Measured, Worker]:
     """One project worker (no standbys) until everything is processed; the worker is
-    returned still running, so that its tables can be read, and must be stopped."""
+    returned still running, so that its tables can be read, and must be stopped. With
+    ``console``, the worker's console is open in a browser all the while."""
     env = {"TABLE_STANDBY_REPLICAS": "0", "PROCESSING_GUARANTEE": guarantee}
     worker = Worker(kafka.broker_url, directory, env=env).start()
     try:
-        progress = watch(kafka, PROJECT_GROUP, topics, total, max_s, worker.alive)
+        if console:
+            viewer_log = directory.parent / f"{directory.name}-console.log"
+            with console_open(worker.url, viewer_log) as viewer:
+                progress = watch(kafka, PROJECT_GROUP, topics, total, max_s, worker.alive)
+                if viewer.poll() is not None:
+                    raise RuntimeError(f"the console's browser stopped early ({viewer_log})")
+        else:
+            progress = watch(kafka, PROJECT_GROUP, topics, total, max_s, worker.alive)
         status, metrics = worker.get("/metrics")
         cycles = metric_value(metrics, "streamstate_batch_cycles") if status == 200 else None
         return Measured(label, progress, worker.peak_rss(), cycles=cycles), worker

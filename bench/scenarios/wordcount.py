@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import data, kstreams
+from bench import console, data, kstreams
 from bench.baselines import faust_wordcount
 from bench.config import Sizes
 from bench.kafka import BenchKafka, create_project_topics, produce, truncate
@@ -72,19 +72,23 @@ def run_worker(
         worker.stop()
 
 
-def project_run(kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str) -> Measured:
+def project_run(
+    kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str, *, console: bool = False
+) -> Measured:
     """The project's worker over the lines, from a clean state, then its word counts from
-    the changelog."""
+    the changelog; with ``console``, its console open in a browser all the while."""
     runs.reset_project(kafka)
-    label = f"the project worker ({guarantee})"
+    seen = ", console open" if console else ""
+    label = f"the project worker ({guarantee}{seen})"
     measured, worker = runs.run_project(
         kafka,
-        work / f"project-{guarantee}",
+        work / f"project-{guarantee}{'-console' if console else ''}",
         label,
         guarantee,
         runs.Topics(TEXT_LINES, (REPARTITION,)),
         sizes.wordcount_lines,
         sizes.wordcount_max_s,
+        console=console,
     )
     try:
         measured.tables = asyncio.run(project_tables(kafka.bootstrap, [WORD_COUNTS]))
@@ -137,6 +141,10 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         notes, "The project under at_least_once",
         lambda: project_run(kafka, sizes, work, AT_LEAST_ONCE),
     )  # fmt: skip
+    watched = runs.attempt(
+        notes, "The project with its console open",
+        lambda: project_run(kafka, sizes, work, AT_LEAST_ONCE, console=True),
+    )  # fmt: skip
     eos = runs.attempt(
         notes, "The project under exactly_once",
         lambda: project_run(kafka, sizes, work, EXACTLY_ONCE),
@@ -160,7 +168,10 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         "then under exactly_once (PROCESSING_GUARANTEE), each time from a clean state (its "
         "internal topics deleted, its group rewound to the start of the lines); Kafka "
         "Streams under at_least_once and exactly_once_v2, each "
-        "with an application id of its own.",
+        "with an application id of its own. Between the two project runs, the project ran "
+        "under at_least_once once more with its console (/ui) open in Debian's chromium "
+        f"(bench/console.py: each view in turn, {console.VIEW_S:g} s each, as an operator "
+        "watching it would).",
         f"The aiokafka ceiling reads the lines {runs.CEILING_RUNS} times; the median read counts.",
         f"The faust baseline is measured over at most {sizes.faust_baseline_s:.0f} s "
         f"({baseline.done:,.0f} of {lines:,} lines processed): it is far too slow for all.",
@@ -171,7 +182,7 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         ),
         *notes,
     ]
-    measured = [r for r in (project, eos, ks, ks_eos) if r is not None]
+    measured = [r for r in (project, watched, eos, ks, ks_eos) if r is not None]
     notes += [n for r in measured if (n := r.unfinished_note("lines")) is not None]
     notes += [n for n in (runs.commit_note([project, eos, ks, ks_eos]),) if n is not None]
     pairs = [(project, ks), (eos, ks_eos)]
@@ -181,6 +192,7 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         figures={
             "events_per_s": project.rate if project else None,
             "eos_events_per_s": eos.rate if eos else None,
+            "console_events_per_s": watched.rate if watched else None,
             "baseline_faust_events_per_s": steady_rate(baseline.series),
             "ceiling_aiokafka_events_per_s": ceiling["events_per_s"],
             "baseline_kstreams_events_per_s": ks.rate if ks else None,
