@@ -268,7 +268,8 @@ def headline(summary_json: Mapping[str, Any]) -> str:
     machine = summary_json["machine"]
     return (
         f"`make bench` at commit `{machine.get('git_commit')}` ({machine.get('mode')} run, "
-        f"{machine.get('started_at')}, {machine.get('cores')} cores):\n\n"
+        f"{machine.get('started_at')}, {machine.get('cores')} cores; every figure and its "
+        "baselines from this one run, [docs/benchmarks.md](docs/benchmarks.md)):\n\n"
         + table(summary_json, tuple(row for row in ROWS if row.target is not None))
         + "\n"
     )
