@@ -173,9 +173,40 @@ def headline(document: dict[str, Any]) -> str:
         "| fault | verdict | what happened |",
         "| --- | --- | --- |",
     ]
-    for result in document["scenarios"].values():
-        lines.append(f"| {result['title']} | {result['verdict']} | {result['headline']} |")
+    for title, verdict, what in paired(list(document["scenarios"].values())):
+        lines.append(f"| {title} | {verdict} | {what} |")
     return "\n".join(lines) + "\n"
+
+
+GUARANTEES = (", exactly_once", ", at_least_once")
+
+
+def paired(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(title, verdict, headline) per row: a scenario run under both guarantees is one
+    row, each guarantee's verdict and headline named."""
+    rows: list[tuple[str, str, str]] = []
+    by_title = {r["title"]: r for r in results}
+    done: set[str] = set()
+    for result in results:
+        title = result["title"]
+        if title in done:
+            continue
+        eos, alo = GUARANTEES
+        base = title.removesuffix(eos)
+        other = by_title.get(base + alo) if title.endswith(eos) else None
+        if other is None:
+            rows.append((title, result["verdict"], result["headline"]))
+            continue
+        done.add(other["title"])
+        verdicts = {result["verdict"], other["verdict"]}
+        verdict = (
+            result["verdict"]
+            if len(verdicts) == 1
+            else (f"exactly_once {result['verdict']}, at_least_once {other['verdict']}")
+        )
+        what = f"exactly_once: {result['headline']}; at_least_once: {other['headline']}"
+        rows.append((f"{base}, both guarantees", verdict, what))
+    return rows
 
 
 def publish(document: dict[str, Any]) -> None:

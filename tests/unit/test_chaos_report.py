@@ -81,3 +81,29 @@ def test_a_partial_run_marks_what_it_ran_and_keeps_the_rest(tmp_path: Path) -> N
     text = (tmp_path / "summary.md").read_text()
     assert "(partial run, 60 s)" in text
     assert "A partial run: the results of outage (commit old5678" in text
+
+
+def test_a_scenario_under_both_guarantees_is_one_row_of_the_readme() -> None:
+    def result(title: str, verdict: str, headline: str) -> dict[str, Any]:
+        return {"title": title, "verdict": verdict, "headline": headline}
+
+    rows = report.paired(
+        [
+            result("kill, exactly_once", "pass", "a"),
+            result("kill, at_least_once", "target missed", "b"),
+            result("outage", "pass", "c"),
+            result("disk, exactly_once", "pass", "d"),
+            result("disk, at_least_once", "pass", "e"),
+            result("lonely, exactly_once", "pass", "f"),
+        ]
+    )
+    assert rows == [
+        (
+            "kill, both guarantees",
+            "exactly_once pass, at_least_once target missed",
+            "exactly_once: a; at_least_once: b",
+        ),
+        ("outage", "pass", "c"),
+        ("disk, both guarantees", "pass", "exactly_once: d; at_least_once: e"),
+        ("lonely, exactly_once", "pass", "f"),
+    ]
