@@ -34,10 +34,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import (
     Awaitable,
     Callable,
+    Collection,
     Iterable,
     Iterator,
     Mapping,
@@ -484,20 +485,79 @@ class EngineFetcher(Fetcher):
             self.set_shutdown()
 
 
+#: While changelog records wait for faust's recovery, the loop polls the source
+#: partitions alone this often (seconds), and hands the waiting records on in between.
+BACKLOG_POLL_S = 0.05
+#: The longest the loop hands changelog records on in one round while sources may wait.
+BACKLOG_SLICE_S = 0.05
+
+
+class ChangelogBacklog:
+    """Changelog records fetched but not yet handed to faust's recovery.
+
+    faust applies standby and restored records one at a time from a bounded queue; handed
+    on in the fetch loop, a standby catching up (a new member's copies, hundreds of
+    thousands of records) would hold back the source partitions until it is done. So
+    they are handed on only while the queue has room and faust's flow is active, for at
+    most :data:`BACKLOG_SLICE_S` a round, in their order; meanwhile the loop fetches the
+    source partitions alone, and the changelog partitions wait in the consumer's
+    fetcher (one fetch each), so nothing grows without bound.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.pending: deque[tuple[Any, Any, FetchMark | None]] = deque()
+
+    def __bool__(self) -> bool:
+        return bool(self.pending)
+
+    def add(self, tp: Any, batch: Sequence[Any], mark: FetchMark | None) -> None:
+        self.pending.extend((tp, record, mark) for record in batch)
+
+    async def feed(self) -> None:
+        """Hand on what faust's queue can take now, within the slice."""
+        app, consumer = self.app, self.app.consumer
+        queue = app.tables.changelog_queue
+        deadline = time.monotonic() + BACKLOG_SLICE_S
+        while self.pending and not queue.full() and app.flow_control.is_active():
+            tp, record, mark = self.pending.popleft()
+            message = consumer._to_message(tp, record)
+            message.fetched_at = mark  # checked when recovery takes it: tracked_only
+            await consumer.callback(message)
+            if time.monotonic() > deadline:
+                break
+
+
+async def _sources_only(consumer: Any, topics: Collection[str]) -> Any:
+    """A fetch of the source partitions alone (faust's changelog partitions stay in the
+    fetcher's buffer), waiting at most :data:`BACKLOG_POLL_S`."""
+    wanted = {tp for tp in consumer._get_active_partitions() if tp.topic in topics}
+    if not wanted:
+        await asyncio.sleep(BACKLOG_POLL_S)
+        return {}
+    return await consumer._getmany(active_partitions=wanted, timeout=BACKLOG_POLL_S)
+
+
 async def _drain(app: Any, fetcher: Service) -> None:
     consumer = app.consumer
     engine: Engine = app.engine
-    callback = consumer.callback
+    backlog = ChangelogBacklog(app)
     cycle: asyncio.Future[None] | None = None
     try:
         while not (consumer.should_stop or fetcher.should_stop):
             generation = app.consumer_generation_id
             try:
-                records, _active = await consumer._wait_next_records(1.0)
+                if backlog and consumer.flow_active:
+                    records = await _sources_only(consumer, engine.topics)
+                else:
+                    records, _active = await consumer._wait_next_records(1.0)
             except ConsumerStoppedError:
                 return
             await engine.tick()
-            if not records or consumer.should_stop:
+            if consumer.should_stop:
+                continue
+            if not records:
+                await backlog.feed()
                 continue
             sources = {tp: batch for tp, batch in records.items() if tp.topic in engine.topics}
             if sources and engine.failure is None:  # a failed store: nothing more processed
@@ -526,18 +586,13 @@ async def _drain(app: Any, fetcher: Service) -> None:
                     )
                     await asyncio.sleep(KAFKA_RETRY_S)
                 cycle = None
-            # After the sources: faust hands changelog records to recovery and the
-            # standbys one at a time, and a standby catching up after a rebalance would
-            # otherwise hold back the partitions that process already.
+            # After the sources, and never holding them back: faust hands changelog
+            # records to recovery and the standbys one at a time.
             marks = consumer._thread.fetched_marks
             for tp, batch in records.items():
-                if tp.topic in engine.topics:
-                    continue
-                mark = marks.get(tp)
-                for record in batch:
-                    message = consumer._to_message(tp, record)
-                    message.fetched_at = mark  # checked when recovery takes it: tracked_only
-                    await callback(message)
+                if tp.topic not in engine.topics and batch:
+                    backlog.add(tp, batch, marks.get(tp))
+            await backlog.feed()
     except asyncio.CancelledError:
         if cycle is not None and not cycle.done():
             # The cycle in flight commits (or fails) as a whole, unless a rebalance under
