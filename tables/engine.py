@@ -1,41 +1,66 @@
-"""The engine every pipeline runs on: fetched batches in, state, outputs and offsets out.
+"""The engine every pipeline runs on, and the one owner of its commit cycle.
 
 For each source partition number ``p`` assigned to this worker there is one
 :class:`Task`. All source topics are co-partitioned, so task ``p`` reads partition ``p``
-of every source topic and owns partition ``p`` of every table. Each batch cycle of a
-task takes the records fetched for its partitions, hands each pipeline the records of
-its topics (:mod:`tables.pipeline`), and then makes the cycle take effect as one unit
-(:meth:`Task.run`): the changelog records of every table write, the pipelines'
-output records and the next source offsets go to Kafka together (one transaction under
-``exactly_once``; produce, wait for every acknowledgement, commit under
-``at_least_once``), and only then are the writes applied to the local stores, in one
-write batch per table partition that also records the changelog offset it reaches and
-the task's position.
+of every source topic and owns partition ``p`` of every table. A task builds what one
+cycle makes (its pipelines over the fetched records, on views of the tables); the
+:class:`Engine` makes it take effect, and every rule of the cycle is here, in
+:meth:`Engine.process` and the methods it calls, in this order:
 
-The :class:`Checkpoint` of a task is its one record of applied offsets: the next offset
-of each source partition. It filters records fetched again after a seek, it is what the
-task commits, and the same offsets are written into every table partition the task
-writes (:data:`POSITION_KEY`), in the changelog too, so a standby knows how far its copy
-goes in terms of the source topics.
+1. **Apply.** The records not applied yet (:class:`Checkpoint`) go to the pipelines
+   (:mod:`tables.pipeline`), whose writes stay on table views; a record whose processing
+   raises is dead-lettered. Every output and changelog record is checked against its
+   topic's rules; the input records whose effects would be refused are dead-lettered
+   and the rest is built again without them (:mod:`tables.refusals`).
+2. **Produce and wait.** The changelog records of every table write (each table
+   partition's position among them), the outputs (position records for the repartition
+   topics among them) and, under ``exactly_once``, the next source offsets go to Kafka
+   as one transaction of the task's own producer (:meth:`Engine._produce`). Under
+   ``at_least_once`` the outputs are acknowledged before any changelog record is sent.
+3. **Store.** Only then are the writes applied to the local stores, one write batch per
+   table partition with the changelog offset it reaches and the partition's position;
+   then the listeners (the query layer's waits and change streams) hear of them.
+4. **Commit.** Under ``at_least_once`` the consumer group commits the offsets of every
+   task whose cycle got this far, once per engine cycle (:meth:`Engine._commit`); a
+   commit the group refuses because it rebalanced is not a failure: the partitions'
+   next owners apply those records again.
 
-A record whose processing raises goes to its topic's dead-letter topic with the
-exception in its ``error`` header, and the rest of its batch takes effect. A record whose
-effects Kafka refuses (too large, a timestamp out of range, no key for a compacted
-topic) goes there too, with Kafka's reason, and the rest of the cycle takes effect
-(:mod:`tables.refusals`). A cycle that fails for another reason (:class:`EngineFailure`)
-takes nothing: its task closes, its partitions pause, and it is tried again from the
-committed offsets after a backoff (:mod:`tables.stalls`); the other tasks go on. A
-failure of a store after Kafka took the cycle (:class:`StoreFailure`) stops the engine
-for good, with the reason in :attr:`Engine.failure`: the store is behind its changelog,
-and a restart restores it. Nothing is skipped.
+When it fails:
+
+* Kafka refuses records for their own sake (too large, a timestamp out of range, no key
+  for a compacted topic): the task learns which input records made them, its producer is
+  replaced, and it tries again at once, up to :data:`MAX_ROUNDS` attempts
+  (:meth:`Engine._run`). Under ``at_least_once`` the outputs Kafka took from a failed
+  attempt are not sent again.
+* Kafka fails the cycle for another reason (:class:`EngineFailure`): nothing of it takes
+  effect; its task closes, its partitions pause and it is tried again from the committed
+  offsets after a backoff (:meth:`Engine._stall`: 1 s, doubling up to
+  :data:`BACKOFF_CAP_S`; after :data:`ISOLATE_AFTER` failed attempts the records of the
+  partitions Kafka failed go one per record batch, so that a record Kafka keeps
+  refusing is found and dead-lettered); the other tasks go on.
+* The group's commit fails, or the kept tasks' offsets cannot be read: every task
+  closes, what was fetched is fetched again, and the tasks start again from the
+  committed offsets :data:`KAFKA_RETRY_S` later (:meth:`Engine.offer`).
+* A store fails after Kafka took the cycle (:class:`StoreFailure`): the engine processes
+  nothing more, with the reason in :attr:`Engine.failure`; the store is behind its
+  changelog, and a restart restores it.
+* The worker stops: the cycle in flight gets :data:`STOP_WAIT_S` to take effect and is
+  then cut short, as a kill -9 would.
+
+Nothing is skipped. The :class:`Checkpoint` of a task is its one record of applied
+offsets: it filters records fetched again after a seek, it is what the task commits, and
+the same offsets are written into every table partition the task writes
+(:data:`POSITION_KEY`), in the changelog too, so a standby knows how far its copy goes
+in terms of the source topics.
 
 Timestamps: an output record that its batch function does not time gets the time of
 the input records it came from (the largest of its batch's), or the worker's clock when
 its topic would refuse that time; changelog records get the worker's clock
 (:func:`tables.limits.stamp`, docs/architecture.md).
 
-Nothing here imports faust or aiokafka: the worker plugs in a :class:`Connector`
-(``tables/faust_adapter.py``), and tests plug in an in-process one.
+Nothing here imports faust or aiokafka: the worker plugs in a :class:`Connector` and its
+:class:`Producer` parts (``tables/faust_adapter.py``, ``tables/producers.py``), and
+tests plug in in-process ones.
 """
 
 from __future__ import annotations
@@ -45,6 +70,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -80,8 +106,9 @@ from tables.refusals import (
     learn_failure,
     learn_refusals,
     record_id,
+    undelivered_in,
 )
-from tables.stalls import SLOW_CYCLE_S, Stall, slow_report
+from tables.stalls import Stall, slow_report
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +124,22 @@ MAX_ROUNDS = 6
 MAX_PASSES = 6
 #: Records per batch at most when a pipeline's effects are checked batch by batch.
 CHECKED_BATCH = 64
+#: A task whose cycle failed tries again after BACKOFF_BASE_S, then twice as long after
+#: each further failed attempt, up to BACKOFF_CAP_S.
+BACKOFF_BASE_S = 1.0
+BACKOFF_CAP_S = 30.0
+#: Failed attempts of one cycle before the records of the partitions Kafka failed go one
+#: per record batch (a record Kafka keeps refusing while it takes others is the record's
+#: problem: its input is dead-lettered).
+ISOLATE_AFTER = 3
+#: A cycle in flight this long shows as stalled too (waiting on Kafka, or applying a
+#: large fetch in checked batches).
+SLOW_CYCLE_S = 10.0
+#: After the group's offsets could not be committed, the tasks start again this many
+#: seconds later (a task whose own cycle fails backs off by itself).
+KAFKA_RETRY_S = 1.0
+#: At a stop, how long the cycle in flight may take to take effect before it is cut short.
+STOP_WAIT_S = 5.0
 
 
 class TP(NamedTuple):
@@ -122,6 +165,10 @@ class CycleFailed(EngineFailure):
 class StoreFailure(EngineFailure):
     """A store failed after Kafka took the cycle: the store is behind its changelog, so
     the engine processes nothing more; a restart restores it from the changelog."""
+
+
+class CommitRefused(Exception):
+    """The consumer group refused a commit because it rebalanced meanwhile."""
 
 
 class TableStore(Protocol):
@@ -154,27 +201,30 @@ class ServedStore(TableStore, Protocol):
         ...
 
 
-class Delivery(Protocol):
-    """How one task's cycles reach Kafka."""
+class Producer(Protocol):
+    """A task's producer: the Kafka calls the engine puts in order (:meth:`Engine._produce`).
+
+    Under exactly_once a transactional producer of the task's own; under at_least_once
+    the task's view of the worker's idempotent producer (no transactions)."""
 
     async def open(self) -> None:
-        """Before the task's first cycle (exactly_once: fences the previous owner)."""
+        """Before the task's first cycle (a transactional one fences the previous owner
+        and aborts what it left open)."""
 
-    async def send(
-        self,
-        outputs: Sequence[Output],
-        offsets: Mapping[TP, int],
-        state: Sequence[Output] = (),
-        plan: SendPlan | None = None,
-    ) -> dict[TP, int]:
-        """Produce ``outputs`` and the changelog records ``state`` and wait until Kafka
-        holds them; under exactly_once commit ``offsets`` in the same transaction. Under
-        at_least_once ``state`` goes only once Kafka holds ``outputs``: a crash in between
-        sends the outputs again, and never leaves a changelog saying a record was applied
-        (a join's dedupe by offset) while its outputs were lost. Returns the last offset
-        written per topic partition; raises :class:`~tables.refusals.Undelivered` when
-        Kafka did not take some record batches (none under exactly_once then)."""
+    async def send(self, records: Sequence[Output], plan: SendPlan) -> dict[TP, int]:
+        """Produce ``records`` as record batches of one partition each and wait until
+        Kafka holds them all; the last offset written per partition. Raises
+        :class:`~tables.refusals.Undelivered` naming the batches Kafka did not take and
+        those it took."""
         ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        """exactly_once: a transaction, committed when the block ends and aborted when
+        it raises."""
+        ...
+
+    async def send_offsets(self, offsets: Mapping[TP, int]) -> None:
+        """exactly_once: the consumer group's next offsets, in the open transaction."""
 
     async def reset(self) -> None:
         """After a send failed: the producer cannot send to the failed partitions again
@@ -184,12 +234,7 @@ class Delivery(Protocol):
 
 
 class Connector(Protocol):
-    """What the engine needs of the consumer group and its producers."""
-
-    #: The processing guarantee: under exactly_once each task's delivery commits its
-    #: offsets in the cycle's transaction; under at_least_once the engine commits them
-    #: through :meth:`commit` once every task's delivery is acknowledged.
-    exactly_once: bool
+    """The consumer group's calls and the producers that the engine needs."""
 
     def ready(self, partition: int) -> bool:
         """Whether this worker actively holds the partition's tables, restored."""
@@ -199,10 +244,13 @@ class Connector(Protocol):
         """The partitions numbered ``partition`` of ``topics`` assigned to this worker."""
         ...
 
-    def delivery(self, partition: int) -> Delivery: ...
+    def producer(self, partition: int, *, transactional: bool) -> Producer:
+        """Task ``partition``'s producer: a transactional one of its own, or a view of
+        the worker's idempotent one."""
+        ...
 
     async def committed(self, tps: Sequence[TP]) -> dict[TP, int | None]:
-        """The group's committed offsets (final: the task's delivery is open)."""
+        """The group's committed offsets (final once the task's producer is open)."""
         ...
 
     async def seek(self, offsets: Mapping[TP, int | None]) -> None:
@@ -210,7 +258,8 @@ class Connector(Protocol):
         ...
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
-        """at_least_once: commit the offsets of acknowledged, applied cycles."""
+        """Commit the consumer group's offsets; :class:`CommitRefused` when the group
+        rebalanced meanwhile."""
         ...
 
     async def prepare(self) -> None:
@@ -226,6 +275,9 @@ class Connector(Protocol):
     async def limits(self, topics: Sequence[str]) -> dict[str, TopicLimits]:
         """The rules Kafka applies to records produced to ``topics`` (those it knows)."""
         ...
+
+    async def close(self) -> None:
+        """At the worker's stop, once every task is closed (the shared producer)."""
 
 
 @dataclass
@@ -322,6 +374,11 @@ class Cycle:
     work: _Work
 
 
+def backoff(attempts: int) -> float:
+    """Seconds before attempt ``attempts + 1``, after ``attempts`` failed ones."""
+    return float(min(BACKOFF_BASE_S * 2 ** max(attempts - 1, 0), BACKOFF_CAP_S))
+
+
 def _identity(out: Output) -> tuple[Any, ...]:
     """What makes two outputs the same record for Kafka's readers (not the timestamp)."""
     return (out.topic, out.partition, out.key, out.value, tuple(out.headers or ()))
@@ -335,23 +392,21 @@ class Task:
         partition: int,
         pipelines: Sequence[Pipeline],
         tables: Mapping[str, TableStore],
-        delivery: Delivery,
+        producer: Producer,
         figures: Figures,
         *,
         lineage: Lineage,
         partitions: int,
-        listeners: Sequence[Listener] = (),
         limits: Limits | None = None,
     ) -> None:
         self.partition = partition
         self.pipelines = pipelines
         self.tables = tables
-        self.delivery = delivery
+        self.producer = producer
         self.figures = figures
         self.lineage = lineage
         #: partitions of every topic (the repartition topics' position records go to each)
         self.partitions = partitions
-        self.listeners = listeners
         self.limits = limits if limits is not None else Limits()
         self.checkpoint = Checkpoint()
         self.caches: dict[str, Any] = {}
@@ -386,10 +441,12 @@ class Task:
 
     # -- one cycle --------------------------------------------------------------------
 
-    async def run(
+    def begin(
         self, fetched: Mapping[TP, Sequence[SourceRecord]], positions: Mapping[TP, int]
-    ) -> dict[TP, int]:
-        """Apply one fetched batch; return the offsets it moved on (what to commit)."""
+    ) -> tuple[dict[str, Sequence[SourceRecord]], dict[TP, int]] | None:
+        """Begin a cycle over a fetched batch: the records not applied yet, by topic (a
+        repartition topic's position records taken in), and the offsets the cycle moves
+        on to; None when it moves nothing on."""
         pending = {tp: self.checkpoint.pending(tp, rs) for tp, rs in fetched.items()}
         offsets = {
             tp: self.checkpoint.after(tp, records, positions.get(tp))
@@ -397,21 +454,37 @@ class Task:
         }
         offsets = {tp: o for tp, o in offsets.items() if o != self.checkpoint.next.get(tp)}
         if not offsets:
-            return {}
+            return None
         records = {tp.topic: rs for tp, rs in pending.items() if rs}
         for topic in self.lineage.internal & records.keys():
             records[topic] = self._take_positions(topic, records[topic])
         self.busy_since = time.monotonic()
         self.busy_at = dict(self.checkpoint.next)
         self.busy_at.update({tp: rs[0].offset for tp, rs in pending.items() if rs})
-        try:
-            cycle = self._build(records, offsets)
-            await self._take_effect(cycle, offsets)
-        finally:
-            self.busy_since = None
+        return records, offsets
+
+    def sending(self, cycle: Cycle) -> SendPlan:
+        """The cycle goes to Kafka: how to send it (where it came from is kept, to learn
+        from a refusal)."""
+        self.provenance = cycle.work.provenance
+        return SendPlan(frozenset(self.plan.isolate), self.limits.max_bytes)
+
+    def kept(self, outputs: Iterable[Output]) -> None:
+        """Outputs of the cycle that Kafka holds from a failed attempt (at_least_once):
+        the next attempt does not send them again."""
+        made = self.provenance.made
+        self.landed.update(_identity(out) for out in outputs if id(out) in made)
+
+    def took(self, cycle: Cycle, offsets: Mapping[TP, int]) -> None:
+        """Kafka holds the cycle: the checkpoint moves on, and the figures count it."""
+        self._dirty = False
+        self.checkpoint.update(offsets)
+        self._count(cycle.work)
+
+    def end(self, offsets: Mapping[TP, int]) -> None:
+        """The cycle took effect: what the next one starts from."""
         self.plan = self.plan.after(offsets)
         self.landed.clear()
-        return offsets
 
     def _take_positions(
         self, topic: str, records: Sequence[SourceRecord]
@@ -464,9 +537,7 @@ class Task:
 
     # -- building a cycle ---------------------------------------------------------------
 
-    def _build(
-        self, records: dict[str, Sequence[SourceRecord]], offsets: Mapping[TP, int]
-    ) -> Cycle:
+    def build(self, records: dict[str, Sequence[SourceRecord]], offsets: Mapping[TP, int]) -> Cycle:
         """The cycle's records, checked against their topics' rules: while the checks
         refuse some, the pipelines that made them run again in checked batches, so that
         only the input records whose effects are refused are left out."""
@@ -828,43 +899,6 @@ class Task:
         work.provenance.made[id(out)] = produced
         return out
 
-    # -- taking effect ----------------------------------------------------------------
-
-    async def _take_effect(self, cycle: Cycle, offsets: Mapping[TP, int]) -> None:
-        """Kafka first (changelogs, outputs, offsets as one unit), then the local stores,
-        then the checkpoint."""
-        self.provenance = cycle.work.provenance
-        plan = SendPlan(frozenset(self.plan.isolate), self.limits.max_bytes)
-        self.waiting = True
-        try:
-            written = await self.delivery.send(cycle.outputs, offsets, state=cycle.state, plan=plan)
-        except Undelivered as undelivered:
-            made = cycle.work.provenance.made
-            self.landed.update(_identity(out) for out in undelivered.kept if id(out) in made)
-            raise CycleFailed(self.partition, undelivered) from undelivered
-        except Exception as exc:
-            raise EngineFailure(
-                f"task {self.partition}: Kafka did not take the batch: {exc!r}"
-            ) from exc
-        finally:
-            self.waiting = False
-        self._dirty = False
-        self.checkpoint.update(offsets)
-        self._count(cycle.work)
-        try:
-            for name, items in cycle.changes.items():
-                store = self.tables[name]
-                offset = written.get(TP(store.changelog_topic, self.partition))
-                store.apply(self.partition, items, offset)
-        except Exception as exc:
-            raise StoreFailure(f"task {self.partition}: the store failed: {exc!r}") from exc
-        for name, items in cycle.changes.items():
-            for listener in self.listeners:
-                try:
-                    listener(name, self.partition, items, items.get(POSITION_KEY))
-                except Exception:  # a listener must not stop the engine
-                    logger.exception("a listener failed on %s[%d]", name, self.partition)
-
     def _count(self, work: _Work) -> None:
         figures = self.figures
         figures.events.update(work.events)
@@ -886,7 +920,10 @@ class Task:
 
 
 class Engine:
-    """The tasks of one worker and the batch cycles that feed them."""
+    """The tasks of one worker and the one owner of their commit cycle (the module's
+    docstring gives its order and its rules).
+
+    ``exactly_once``: the processing guarantee, decided once by the settings."""
 
     def __init__(
         self,
@@ -895,11 +932,13 @@ class Engine:
         connector: Connector,
         *,
         partitions: int,
+        exactly_once: bool,
     ) -> None:
         self.pipelines = list(pipelines)
         self.tables = dict(tables)
         self.connector = connector
         self.partitions = partitions
+        self.exactly_once = exactly_once
         self.lineage = Lineage.of(self.pipelines)
         #: called after each cycle's writes reach a table partition (the query layer's
         #: waits and change streams)
@@ -927,11 +966,6 @@ class Engine:
         #: group's committed ones
         self._kept: set[int] = set()
 
-    @property
-    def exactly_once(self) -> bool:
-        """The guarantee, as the connector's deliveries keep it."""
-        return self.connector.exactly_once
-
     def fail(self, reason: str) -> None:
         """Stop processing for good: a store failed (the first reason is kept)."""
         if self.failure is not None:
@@ -944,6 +978,8 @@ class Engine:
             reason,
         )
 
+    # -- the fetch loop's one call ----------------------------------------------------
+
     async def offer(
         self,
         fetched: Mapping[Any, Sequence[SourceRecord]],
@@ -951,28 +987,71 @@ class Engine:
         *,
         settled: bool = True,
     ) -> None:
-        """Hand one fetch to the engine. What it does not apply is fetched again: the
-        consumer's position is past it, and a partition that receives nothing more would
-        never start its task to seek back.
+        """Hand one fetch to the engine; every failure is handled here (see the module's
+        docstring). What it does not apply is fetched again: the consumer's position is
+        past it, and a partition that receives nothing more would never start its task
+        to seek back.
 
         ``settled`` is False when the group is rebalancing or the fetch belongs to an
         earlier generation: nothing is applied, the records come back once it settled,
         to the tasks the new assignment kept (:meth:`keep`) or to new ones started from
-        the committed offsets. A task whose cycle fails closes and pauses on its own
-        (:meth:`process`); a failure to commit the group's offsets closes every task
-        before it is raised; a store failure is raised as it is (nothing more is
-        processed)."""
+        the committed offsets. Cancelled (the worker stops), the cycle in flight gets
+        :data:`STOP_WAIT_S` to take effect and is then cut short."""
+        if not fetched or self.failure is not None:
+            return
+        cycle = asyncio.ensure_future(self._offer(fetched, positions, settled))
+        try:
+            retry = await asyncio.shield(cycle)
+        except asyncio.CancelledError:
+            await self._cut_short(cycle)
+            raise
+        if retry:
+            await asyncio.sleep(KAFKA_RETRY_S)
+
+    async def _offer(
+        self,
+        fetched: Mapping[Any, Sequence[SourceRecord]],
+        positions: Mapping[Any, int],
+        settled: bool,
+    ) -> bool:
+        """One fetch's cycle; True when the tasks start again after a pause."""
         if not settled:
             await self.refetch(fetched)
-            return
+            return False
         try:
             await self.process(fetched, positions)
-        except StoreFailure:
-            raise
-        except EngineFailure:
+        except StoreFailure as exc:
+            self.fail(str(exc))
+            await self.revoke()
+        except EngineFailure as exc:
+            # Not one task's failure (those stall on their own): the group's commit or
+            # its committed offsets. Every task starts again from the committed offsets.
             await self.revoke()
             await self.refetch(fetched)
-            raise
+            logger.warning(
+                "%s; the tasks start again from the committed offsets in %.0f s",
+                exc,
+                KAFKA_RETRY_S,
+            )
+            return True
+        return False
+
+    async def _cut_short(self, cycle: asyncio.Future[bool]) -> None:
+        """At a stop: the cycle in flight takes effect (or fails) as a whole, unless a
+        rebalance under the stop leaves it waiting on a consumer closed meanwhile. Cut
+        short, it is like a kill -9: nothing of it took effect past what Kafka holds, and
+        the partitions' next owners redo it from the committed offsets."""
+        if cycle.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(cycle), STOP_WAIT_S)
+        except TimeoutError:
+            logger.warning(
+                "the cycle in flight did not finish within %.0f s of the stop; it "
+                "is cut short and redone from the committed offsets",
+                STOP_WAIT_S,
+            )
+            cycle.cancel()
 
     async def refetch(self, fetched: Mapping[Any, Sequence[SourceRecord]]) -> None:
         """Seek each fetched source partition back to its first fetched record."""
@@ -984,10 +1063,14 @@ class Engine:
         if again:
             await self.connector.seek(again)
 
+    # -- the commit cycle ---------------------------------------------------------------
+
     async def process(
         self, fetched: Mapping[Any, Sequence[SourceRecord]], positions: Mapping[Any, int]
     ) -> None:
-        """One batch cycle over everything fetched; tasks in parallel.
+        """One engine cycle over everything fetched: each task's cycle (tasks in
+        parallel), then the group's commit under at_least_once. Raises
+        :class:`StoreFailure`, and :class:`EngineFailure` when the group's commit failed.
 
         ``positions``: the consumer's position of each assigned source partition right
         after the fetch (past the transaction markers it skipped)."""
@@ -1026,14 +1109,101 @@ class Engine:
             await asyncio.gather(*(self._start_or_stall(p, f) for p, f in starts))
             if not runs:
                 return
-            committed = await self._run(runs, moved)
-            if committed and not self.exactly_once:
-                try:
-                    await self.connector.commit(committed)
-                except Exception as exc:
-                    raise EngineFailure(f"the offsets were not committed: {exc!r}") from exc
+            await self._commit(await self._run(runs, moved))
             self.figures.cycles += 1
             self.figures.cycle_seconds += time.monotonic() - started
+
+    async def _attempt(
+        self, task: Task, fetched: Mapping[TP, Sequence[SourceRecord]], moved: Mapping[TP, int]
+    ) -> dict[TP, int]:
+        """One attempt at a task's cycle, in the cycle's order; the offsets it moved on
+        (what to commit)."""
+        begun = task.begin(fetched, moved)
+        if begun is None:
+            return {}
+        records, offsets = begun
+        try:
+            cycle = task.build(records, offsets)  # the pipelines, on views; checked
+            written = await self._produce(task, cycle, offsets)  # Kafka holds the cycle
+            task.took(cycle, offsets)
+            self._store(task, cycle, written)  # then the stores, then the listeners
+        finally:
+            task.busy_since = None
+        task.end(offsets)
+        return offsets
+
+    async def _produce(self, task: Task, cycle: Cycle, offsets: Mapping[TP, int]) -> dict[TP, int]:
+        """Make Kafka hold the cycle; the last offset written per partition. Raises
+        :class:`CycleFailed` when Kafka did not take some record batches, and
+        :class:`EngineFailure` when it failed otherwise."""
+        producer, plan = task.producer, task.sending(cycle)
+        task.waiting = True
+        try:
+            if self.exactly_once:
+                # One transaction: changelogs, outputs and the source offsets. A new
+                # owner's producer fences this one, and aborts what it left open.
+                async with producer.transaction():
+                    written = await producer.send([*cycle.state, *cycle.outputs], plan)
+                    if offsets:
+                        await producer.send_offsets(offsets)
+                return written
+            # at_least_once: the outputs are acknowledged before any changelog record
+            # goes. A crash in between sends the outputs again, and never leaves a
+            # changelog saying a record was applied (a join's dedupe by offset) while its
+            # outputs were lost. The offsets go with the group's commit (_commit).
+            try:
+                written = await producer.send(cycle.outputs, plan) if cycle.outputs else {}
+            except Undelivered as undelivered:
+                task.kept(undelivered.taken)
+                raise
+            if cycle.state:
+                try:
+                    written.update(await producer.send(cycle.state, plan))
+                except Undelivered as undelivered:
+                    task.kept([*cycle.outputs, *undelivered.taken])
+                    raise
+            return written
+        except Exception as exc:
+            # An abort that failed too still says which batches Kafka did not take.
+            refused = undelivered_in(exc)
+            if refused is not None:
+                raise CycleFailed(task.partition, refused) from refused
+            raise EngineFailure(
+                f"task {task.partition}: Kafka did not take the batch: {exc!r}"
+            ) from exc
+        finally:
+            task.waiting = False
+
+    def _store(self, task: Task, cycle: Cycle, written: Mapping[TP, int]) -> None:
+        """Kafka holds the cycle: its writes reach the stores, each table partition's
+        with the changelog offset it reaches; then the listeners hear of them."""
+        try:
+            for name, items in cycle.changes.items():
+                store = self.tables[name]
+                offset = written.get(TP(store.changelog_topic, task.partition))
+                store.apply(task.partition, items, offset)
+        except Exception as exc:
+            raise StoreFailure(f"task {task.partition}: the store failed: {exc!r}") from exc
+        for name, items in cycle.changes.items():
+            for listener in self.listeners:
+                try:
+                    listener(name, task.partition, items, items.get(POSITION_KEY))
+                except Exception:  # a listener must not stop the engine
+                    logger.exception("a listener failed on %s[%d]", name, task.partition)
+
+    async def _commit(self, committed: Mapping[TP, int]) -> None:
+        """at_least_once: the group commits the offsets of the tasks whose cycles took
+        effect (under exactly_once they went with each cycle's transaction)."""
+        if not committed or self.exactly_once:
+            return
+        try:
+            await self.connector.commit(committed)
+        except CommitRefused as exc:
+            # The group rebalanced meanwhile: the partitions' next owners process these
+            # records again (at least once).
+            logger.info("commit refused (%s): %d partitions are read again", exc, len(committed))
+        except Exception as exc:
+            raise EngineFailure(f"the offsets were not committed: {exc!r}") from exc
 
     async def _run(
         self,
@@ -1046,7 +1216,8 @@ class Engine:
         committed: dict[TP, int] = {}
         for round_ in range(MAX_ROUNDS):
             results = await asyncio.gather(
-                *(task.run(fetched, moved) for task, fetched in runs), return_exceptions=True
+                *(self._attempt(task, fetched, moved) for task, fetched in runs),
+                return_exceptions=True,
             )
             again, reread = [], set[str]()
             for (task, fetched), result in zip(runs, results, strict=True):
@@ -1069,7 +1240,7 @@ class Engine:
                 await self._read_limits(reread)
             for task, fetched in list(again):
                 try:
-                    await task.delivery.reset()
+                    await task.producer.reset()
                 except Exception as exc:  # Kafka unreachable: the backoff takes over
                     again.remove((task, fetched))
                     failure = EngineFailure(
@@ -1115,11 +1286,14 @@ class Engine:
                 else set()
             )
             try:
-                await task.delivery.close()
+                await task.producer.close()
             except Exception:  # its next start replaces (and fences) the producer anyway
                 logger.warning("task %d: its producer did not close", partition, exc_info=True)
         cause = failure.__cause__ if failure.__cause__ is not None else failure
-        wait = stall.failed_again(str(failure), type(cause).__name__, time.monotonic())
+        wait = backoff(stall.attempts + 1)
+        stall.failed_again(str(failure), type(cause).__name__, time.monotonic() + wait)
+        if stall.attempts >= ISOLATE_AFTER:
+            stall.plan.isolate |= stall.failed
         self.figures.retries["backoff"] += 1
         logger.warning(
             "%s; partition %d pauses and tries again in %.0f s (attempt %d failed; stuck at %s)",
@@ -1166,7 +1340,7 @@ class Engine:
 
     def stalled(self) -> list[dict[str, Any]]:
         """The partitions that cannot advance: their last cycle failed, or their cycle has
-        been in flight for :data:`~tables.stalls.SLOW_CYCLE_S` or more."""
+        been in flight for :data:`SLOW_CYCLE_S` or more."""
         now = time.monotonic()
         found = [
             stall.report(now)
@@ -1212,9 +1386,12 @@ class Engine:
         await self.connector.prepare()
         if not self.limits.read:
             await self._read_limits(self.sends)
-        delivery = self.connector.delivery(partition)
+        # exactly_once: a transactional producer of the task's own, whose start fences
+        # the partition's previous owner (so the committed offsets read next are final);
+        # at_least_once: the worker's idempotent producer.
+        producer = self.connector.producer(partition, transactional=self.exactly_once)
         try:
-            await delivery.open()
+            await producer.open()
         except Exception as exc:
             raise EngineFailure(f"task {partition}: its producer did not start: {exc!r}") from exc
         tps = sorted(set(self.connector.assigned(partition, self.topics)) | set(fetched))
@@ -1222,17 +1399,16 @@ class Engine:
             committed = await self.connector.committed(tps)
             await self.connector.seek(committed)
         except Exception as exc:
-            await delivery.close()
+            await producer.close()
             raise EngineFailure(f"task {partition}: no committed offsets: {exc!r}") from exc
         task = Task(
             partition,
             self.pipelines,
             self.tables,
-            delivery,
+            producer,
             self.figures,
             lineage=self.lineage,
             partitions=self.partitions,
-            listeners=self.listeners,
             limits=self.limits,
         )
         task.load_positions()
@@ -1269,7 +1445,7 @@ class Engine:
             for partition in gone:
                 del self.tasks[partition]
             self._kept = set(self.tasks)
-            await asyncio.gather(*(task.delivery.close() for task in gone.values()))
+            await asyncio.gather(*(task.producer.close() for task in gone.values()))
             kept = sorted(self.tasks)
             logger.info(
                 "assignment of partitions %s: tasks %s kept, %s closed",
@@ -1299,7 +1475,7 @@ class Engine:
         }
         for partition in sorted(stale):
             task = self.tasks.pop(partition)
-            await task.delivery.close()
+            await task.producer.close()
             logger.warning(
                 "task %d closed: the group committed past its offsets while this worker "
                 "was out of it; it starts again from the committed offsets",
@@ -1312,9 +1488,14 @@ class Engine:
         async with self._lock:
             tasks, self.tasks = self.tasks, {}
             self._kept = set()
-            await asyncio.gather(*(task.delivery.close() for task in tasks.values()))
+            await asyncio.gather(*(task.producer.close() for task in tasks.values()))
             if tasks:
                 logger.info("tasks %s closed", sorted(tasks))
+
+    async def close(self) -> None:
+        """At the worker's stop: every task closes, then the connector's producers."""
+        await self.revoke()
+        await self.connector.close()
 
     def lag(self, highwaters: Mapping[Any, int]) -> dict[TP, int]:
         """Records between each source partition's end and its task's checkpoint."""
