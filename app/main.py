@@ -129,7 +129,7 @@ class StreamstateApp(EngineApp):
         deps = list(super().on_init_dependencies())
         if not (self.producer_only or self.client_only):
             deps.extend(self.wiring.globals.values())
-            deps.append(EngineService(self.wiring.engine, self.wiring.connector))
+            deps.append(EngineService(self.wiring.engine))
             deps.append(
                 StandbyFlusher(self, self.wiring.engine, self.settings.standby_flush_interval)
             )
@@ -177,9 +177,10 @@ def create_app(settings: Settings) -> StreamstateApp:
     }
     app = StreamstateApp(APP_ID, **options)
     # The engine runs the transactions itself under exactly_once (tables/engine.py), so
-    # faust runs at least once. Set here, not as an App option: faust reads
-    # PROCESSING_GUARANTEE from the environment over its options, and would then start
-    # transactional producers of its own at every rebalance.
+    # faust runs at least once, and its group's consumer reads what they commit. Set
+    # here, not as an App option: faust reads PROCESSING_GUARANTEE from the environment
+    # over its options, and would then start transactional producers of its own at
+    # every rebalance.
     conf: Any = app.conf
     conf.processing_guarantee = "at_least_once"
     app.settings = settings
@@ -256,12 +257,7 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
         for table in global_tables.values():
             await table.wait_caught_up()
 
-    connector = FaustConnector(
-        app,
-        bootstrap=settings.bootstrap_servers,
-        exactly_once=settings.exactly_once,
-        prepare=prepare,
-    )
+    connector = FaustConnector(app, bootstrap=settings.bootstrap_servers, prepare=prepare)
     stores = tables.stores()
     connector.watch_tables([store.changelog_topic for store in stores.values()])
     engine = Engine(
@@ -269,6 +265,7 @@ def build(app: StreamstateApp, settings: Settings) -> Wiring:
         stores,
         connector,
         partitions=settings.topic_partitions,
+        exactly_once=settings.exactly_once,
     )
     # The group subscribes to every topic the engine reads.
     for name in sorted(engine.topics):

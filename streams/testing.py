@@ -21,8 +21,10 @@ against, is the driver's (:meth:`TestDriver.advance`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal
@@ -43,9 +45,10 @@ from tables.refusals import SendPlan
 from tables.windows import parse_window_range, window_end_ms
 
 #: Where a cycle can crash: before Kafka takes anything; when Kafka has taken half of
-#: its records (at_least_once: no transaction takes them back); after Kafka took the
-#: cycle, before the store has it; after the store has it, before the offsets are
-#: committed (at_least_once: they are committed apart).
+#: the records of a send (at_least_once: no transaction takes them back; the outputs
+#: go first, then the changelog records); after Kafka took the cycle, before the store
+#: has it; after the store has it, before the offsets are committed (at_least_once:
+#: they are committed apart).
 CrashPoint = Literal["before_kafka", "halfway_into_kafka", "before_the_store", "before_the_commit"]
 CRASH_POINTS: tuple[CrashPoint, ...] = (
     "before_kafka",
@@ -92,45 +95,59 @@ class Log:
 
 
 @dataclass
-class LogDelivery:
-    """A task's delivery into the log: one transaction (all or nothing) under
-    exactly_once; the outputs, then the changelog records, under at_least_once."""
+class LogProducer:
+    """A task's producer on the log. Inside a transaction its records are held back and
+    reach the log, with the offsets, when the transaction commits; an aborted one leaves
+    nothing."""
 
     log: Log
-    exactly_once: bool
     partition_count: int = 1
     clock: Callable[[], int] = lambda: 0
     crash: Callable[[str], bool] = lambda point: False
     opened: int = 0
+    #: the open transaction's records and offsets (None: none open)
+    _pending: list[tuple[TP, Output]] | None = field(default=None, init=False)
+    _offsets: dict[TP, int] = field(default_factory=dict, init=False)
 
     async def open(self) -> None:
         self.opened += 1
 
-    async def send(
-        self,
-        outputs: Sequence[Output],
-        offsets: Mapping[TP, int],
-        state: Sequence[Output] = (),
-        plan: SendPlan | None = None,
-    ) -> dict[TP, int]:
+    async def send(self, records: Sequence[Output], plan: SendPlan) -> dict[TP, int]:
         if self.crash("before_kafka"):
             raise Crash("before_kafka")
-        ordered = [*state, *outputs] if self.exactly_once else [*outputs, *state]
-        if not self.exactly_once and self.crash("halfway_into_kafka"):
-            self._append(ordered[: len(ordered) // 2])
+        if self._pending is None and self.crash("halfway_into_kafka"):
+            self._append(records[: len(records) // 2])
             raise Crash("halfway_into_kafka")
-        written = self._append(ordered)
-        if self.exactly_once:
-            self.log.committed.update(offsets)
-        return written
+        return self._append(records)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        self._pending, self._offsets = [], {}
+        try:
+            yield
+            for tp, out in self._pending:
+                stamp = out.timestamp_ms if out.timestamp_ms is not None else self.clock()
+                self.log.append(tp, out.key, out.value, out.headers, stamp)
+            self.log.committed.update(self._offsets)
+        finally:
+            self._pending = None
+
+    async def send_offsets(self, offsets: Mapping[TP, int]) -> None:
+        self._offsets.update(offsets)
 
     def _append(self, outputs: Sequence[Output]) -> dict[TP, int]:
         written: dict[TP, int] = {}
+        held = Counter(tp for tp, _ in self._pending or ())
         for out in outputs:
             partition = out.partition
             if partition is None:
                 partition = 0 if out.key is None else partition_for(out.key, self.partition_count)
             tp = TP(out.topic, partition)
+            if self._pending is not None:
+                self._pending.append((tp, out))
+                written[tp] = len(self.log.records.get(tp, ())) + held[tp]
+                held[tp] += 1
+                continue
             stamp = out.timestamp_ms if out.timestamp_ms is not None else self.clock()
             written[tp] = self.log.append(tp, out.key, out.value, out.headers, stamp)
         return written
@@ -224,7 +241,6 @@ class LogConnector:
     """One worker holding every partition, over the log."""
 
     log: Log
-    exactly_once: bool
     partition_count: int = 1
     clock: Callable[[], int] = lambda: 0
     crash: Callable[[str], bool] = lambda point: False
@@ -239,10 +255,8 @@ class LogConnector:
     def assigned(self, partition: int, topics: frozenset[str]) -> list[TP]:
         return [TP(topic, partition) for topic in sorted(topics)]
 
-    def delivery(self, partition: int) -> LogDelivery:
-        return LogDelivery(
-            self.log, self.exactly_once, self.partition_count, self.clock, self.crash
-        )
+    def producer(self, partition: int, *, transactional: bool) -> LogProducer:
+        return LogProducer(self.log, self.partition_count, self.clock, self.crash)
 
     async def committed(self, tps: Sequence[TP]) -> dict[TP, int | None]:
         return {tp: self.log.committed.get(tp) for tp in tps}
@@ -269,6 +283,9 @@ class LogConnector:
     async def limits(self, topics: Sequence[str]) -> dict[str, TopicLimits]:
         """The log refuses no record: no topic has limits."""
         return {}
+
+    async def close(self) -> None:
+        pass
 
     def fetch(self, topics: Iterable[str], limit: int) -> dict[TP, list[Record]]:
         """What a consumer fetches next: up to ``limit`` records per partition."""
@@ -465,14 +482,13 @@ class TestDriver:
         def clock() -> int:
             return self.now_ms
 
-        self.connector = LogConnector(
-            self.log, self.exactly_once, self.partitions, clock, self._crashes
-        )
+        self.connector = LogConnector(self.log, self.partitions, clock, self._crashes)
         return Engine(
             self.pipelines,
             self.tables,
             self.connector,
             partitions=self.partitions,
+            exactly_once=self.exactly_once,
         )
 
     # -- output --------------------------------------------------------------------------

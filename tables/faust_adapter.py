@@ -14,7 +14,8 @@ What it does:
   source topics go to the engine, a whole fetch at a time; changelog records go on to
   faust's recovery and standbys one by one, as faust delivers them.
 * :class:`FaustConnector` gives the engine the group's assignment, committed offsets,
-  seeks and commits, through the consumer's own thread.
+  seeks and commits, through the consumer's own thread, and its producers
+  (``tables/producers.py``); the engine puts them in order (``tables/engine.py``).
 * :class:`FaustTableStore` reads and writes a faust table's RocksDB partitions.
 * :class:`TrackedRecovery` is faust's recovery with a bulk path for long changelog
   tails, highwaters that work for transactional changelogs, and restore figures.
@@ -71,10 +72,10 @@ from rocksdict import WriteBatch
 
 from core.admin import topic_configs
 from core.topics import POSITION_KEY
-from tables.delivery import SharedDelivery, SharedProducer, TransactionalDelivery
-from tables.engine import TP, Delivery, Engine, EngineFailure, StoreFailure
+from tables.engine import TP, CommitRefused, Engine, Producer
 from tables.limits import TopicLimits, topic_limits
 from tables.membership import Assignment
+from tables.producers import SharedProducer, TransactionalProducer
 from tables.rebalances import RebalanceLog
 from tables.restore import RestoreStats, bulk_plan
 
@@ -466,12 +467,6 @@ async def remove_static_members(
 
 # -- the fetch loop ----------------------------------------------------------------------
 
-#: After the group's offsets could not be committed, the tasks start again this many
-#: seconds later (a task whose own cycle fails backs off by itself: tables/stalls.py).
-KAFKA_RETRY_S = 1.0
-#: At a stop, how long the cycle in flight may take to commit before it is cut short.
-STOP_WAIT_S = 5.0
-
 
 class EngineFetcher(Fetcher):
     """faust's Fetcher with the engine's loop: whole fetches of the source topics go to
@@ -542,7 +537,6 @@ async def _drain(app: Any, fetcher: Service) -> None:
     consumer = app.consumer
     engine: Engine = app.engine
     backlog = ChangelogBacklog(app)
-    cycle: asyncio.Future[None] | None = None
     try:
         while not (consumer.should_stop or fetcher.should_stop):
             generation = app.consumer_generation_id
@@ -560,7 +554,7 @@ async def _drain(app: Any, fetcher: Service) -> None:
                 await backlog.feed()
                 continue
             sources = {tp: batch for tp, batch in records.items() if tp.topic in engine.topics}
-            if sources and engine.failure is None:  # a failed store: nothing more processed
+            if sources:
                 # Fetched during a rebalance (faust resumes the source partitions before
                 # it ends it) or before one: the engine seeks them back. A partition with
                 # no committed offset keeps its position through faust's seek to the
@@ -572,20 +566,7 @@ async def _drain(app: Any, fetcher: Service) -> None:
                         position = _position(app, tp)
                         if position is not None:
                             positions[tp] = position
-                cycle = asyncio.ensure_future(engine.offer(sources, positions, settled=settled))
-                try:
-                    await asyncio.shield(cycle)
-                except StoreFailure as exc:
-                    engine.fail(str(exc))
-                    await engine.revoke()
-                except EngineFailure as exc:
-                    logger.warning(
-                        "%s; the tasks start again from the committed offsets in %.0f s",
-                        exc,
-                        KAFKA_RETRY_S,
-                    )
-                    await asyncio.sleep(KAFKA_RETRY_S)
-                cycle = None
+                await engine.offer(sources, positions, settled=settled)
             # After the sources, and never holding them back: faust hands changelog
             # records to recovery and the standbys one at a time.
             marks = consumer._thread.fetched_marks
@@ -593,23 +574,6 @@ async def _drain(app: Any, fetcher: Service) -> None:
                 if tp.topic not in engine.topics and batch:
                     backlog.add(tp, batch, marks.get(tp))
             await backlog.feed()
-    except asyncio.CancelledError:
-        if cycle is not None and not cycle.done():
-            # The cycle in flight commits (or fails) as a whole, unless a rebalance under
-            # the stop leaves it waiting on a consumer that faust has closed meanwhile. Cut
-            # short, it is like a kill -9: nothing of it took effect past what Kafka holds,
-            # and the partitions' next owners redo it from the committed offsets.
-            with contextlib.suppress(EngineFailure):
-                try:
-                    await asyncio.wait_for(asyncio.shield(cycle), STOP_WAIT_S)
-                except TimeoutError:
-                    logger.warning(
-                        "the cycle in flight did not finish within %.0f s of the stop; it "
-                        "is cut short and redone from the committed offsets",
-                        STOP_WAIT_S,
-                    )
-                    cycle.cancel()
-        raise
     except Exception as exc:
         logger.exception("the engine's fetch loop failed; the worker stops")
         await app.crash(exc)
@@ -621,22 +585,16 @@ async def _drain(app: Any, fetcher: Service) -> None:
 class FaustConnector:
     """The engine's :class:`~tables.engine.Connector` over a faust app."""
 
-    def __init__(
-        self, app: Any, *, bootstrap: str, exactly_once: bool, prepare: Any = None
-    ) -> None:
+    def __init__(self, app: Any, *, bootstrap: str, prepare: Any = None) -> None:
         self.app = app
         self.bootstrap = bootstrap
-        self.exactly_once = exactly_once
         self._prepare = prepare
         self._changelogs: list[str] = []
         self._not_copartitioned: set[int] = set()
-        self._shared: SharedProducer | None = None
+        self._shared = SharedProducer(bootstrap)
 
     def watch_tables(self, changelog_topics: Sequence[str]) -> None:
         self._changelogs = list(changelog_topics)
-
-    def set_shared(self, shared: SharedProducer) -> None:
-        self._shared = shared
 
     def ready(self, partition: int) -> bool:
         app = self.app
@@ -668,13 +626,12 @@ class FaustConnector:
             if tp.partition == partition and tp.topic in topics
         ]
 
-    def delivery(self, partition: int) -> Delivery:
-        if self.exactly_once:
-            return TransactionalDelivery(
+    def producer(self, partition: int, *, transactional: bool) -> Producer:
+        if transactional:
+            return TransactionalProducer(
                 self.bootstrap, f"{self.app.conf.id}-task-{partition}", self.app.conf.id
             )
-        assert self._shared is not None, "the shared producer is not started"
-        return SharedDelivery(self._shared)
+        return self._shared.view()
 
     async def committed(self, tps: Sequence[TP]) -> dict[TP, int | None]:
         consumer = aiokafka_consumer(self.app)
@@ -724,9 +681,7 @@ class FaustConnector:
         try:
             await _in_thread(self.app, commit)
         except (CommitFailedError, IllegalStateError) as exc:
-            # The group rebalanced meanwhile: the partitions' next owners process these
-            # records again (at least once).
-            logger.info("commit refused (%r): %d partitions are read again", exc, len(offsets))
+            raise CommitRefused(repr(exc)) from exc
 
     async def prepare(self) -> None:
         if self._prepare is not None:
@@ -746,27 +701,19 @@ class FaustConnector:
         found = await topic_configs(self.bootstrap, list(topics))
         return {topic: topic_limits(config, {}) for topic, config in found.items()}
 
+    async def close(self) -> None:
+        await self._shared.stop()
+
 
 class EngineService(Service):
-    """Starts the engine's shared producer (at_least_once) and closes its tasks at stop."""
+    """Closes the engine's tasks and producers at the worker's stop."""
 
-    def __init__(self, engine: Engine, connector: FaustConnector, **kwargs: Any) -> None:
+    def __init__(self, engine: Engine, **kwargs: Any) -> None:
         self.engine = engine
-        self.connector = connector
-        self._shared: SharedProducer | None = None
         super().__init__(**kwargs)
 
-    async def on_start(self) -> None:
-        if not self.connector.exactly_once:
-            self._shared = SharedProducer(self.connector.bootstrap)
-            await self._shared.start()
-            self.connector.set_shared(self._shared)
-
     async def on_stop(self) -> None:
-        await self.engine.revoke()
-        if self._shared is not None:
-            await self._shared.stop()
-            self._shared = None
+        await self.engine.close()
 
 
 class StandbyFlusher(Service):

@@ -32,6 +32,13 @@ from tables.windows import AnyWindow
 ERROR_HEADER = "error"
 
 
+class TP(NamedTuple):
+    """A topic partition (equal to aiokafka's and faust's, which are named tuples too)."""
+
+    topic: str
+    partition: int
+
+
 class SourceRecord(Protocol):
     """A fetched record, as aiokafka's ConsumerRecord (or :class:`Record`) has it."""
 

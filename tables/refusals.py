@@ -21,8 +21,8 @@ the input records that caused it, and applies the rest of the cycle:
    that made them one record at a time (``fine``), so that Kafka's answer names each
    refused record, and :class:`Provenance` leads from it to its input record.
 
-Nothing here imports Kafka: deliveries report what Kafka did not take as
-:class:`Undelivered`.
+Nothing here imports Kafka: producers report what Kafka did not take as
+:class:`Undelivered`; the engine decides what follows (``tables/engine.py``).
 """
 
 from __future__ import annotations
@@ -87,10 +87,8 @@ class Undelivered(Exception):
         self.failures = failures
         #: record batches of the same send that Kafka took
         self.delivered = delivered
-        #: the records of those batches
+        #: the records of those batches (at_least_once: Kafka keeps them for good)
         self.taken = list(taken)
-        #: the records Kafka keeps for good (at_least_once: no transaction takes them back)
-        self.kept: list[Output] = []
         first = failures[0]
         super().__init__(
             f"{len(failures)} record batches refused, {delivered} taken; first: "
@@ -98,9 +96,20 @@ class Undelivered(Exception):
         )
 
 
+def undelivered_in(error: BaseException) -> Undelivered | None:
+    """The :class:`Undelivered` a failure is or arose from (a transaction's abort that
+    failed too), if any."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, Undelivered):
+            return seen
+        seen = seen.__context__
+    return None
+
+
 @dataclass(frozen=True)
 class SendPlan:
-    """How a delivery sends one cycle."""
+    """How a producer sends one cycle."""
 
     #: partitions whose records go one per record batch
     isolate: frozenset[Partition] = frozenset()

@@ -1,16 +1,9 @@
-"""Partitions that cannot advance: why, where, and when their task tries again.
+"""Partitions that cannot advance: where each is stuck, how often it failed, when it
+tries again, and what ``/ready`` and ``/metrics`` say of it.
 
-A task whose cycle fails for a reason that is not a record's (Kafka unreachable, a
-producer fenced, an error no record explains) closes; its source partitions pause and
-its cycle is tried again later, from the committed offsets, after a backoff that doubles
-with every failed attempt up to :data:`BACKOFF_CAP_S`. The other tasks of the worker go
-on. After :data:`ISOLATE_AFTER` failed attempts of one cycle, the next attempts send the
-records of the partitions Kafka failed one per record batch: if Kafka then refuses some
-records and takes others, the refused ones are the records' problem, and their inputs go
-to the dead-letter topics (:mod:`tables.refusals`).
-
-Under ``at_least_once`` each attempt sends the cycle's outputs again (Kafka may have
-taken some of them before the failure): at most once more per attempt.
+The rules (how long a stalled task waits, when its records go one per record batch,
+when a cycle in flight counts as stalled) are the engine's commit cycle's
+(:meth:`tables.engine.Engine._stall`); a :class:`Stall` keeps their outcome.
 """
 
 from __future__ import annotations
@@ -21,20 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tables.refusals import Partition, Plan
-
-#: The first retry waits this long; each further one twice as long, up to the cap.
-BACKOFF_BASE_S = 1.0
-BACKOFF_CAP_S = 30.0
-#: Failed attempts of one cycle before its records are sent one per batch.
-ISOLATE_AFTER = 3
-#: A cycle in flight this long shows as stalled too (waiting on Kafka, or applying a
-#: large fetch in checked batches).
-SLOW_CYCLE_S = 10.0
-
-
-def backoff(attempts: int) -> float:
-    """Seconds before attempt ``attempts + 1``, after ``attempts`` failed ones."""
-    return float(min(BACKOFF_BASE_S * 2 ** max(attempts - 1, 0), BACKOFF_CAP_S))
 
 
 @dataclass
@@ -58,15 +37,11 @@ class Stall:
     #: partitions whose record batches Kafka failed in the last attempt
     failed: set[Partition] = field(default_factory=set)
 
-    def failed_again(self, reason: str, error: str, now: float) -> float:
-        """Count one more failed attempt; the seconds until the next one."""
+    def failed_again(self, reason: str, error: str, retry_at: float) -> None:
+        """Count one more failed attempt; the next one is due at ``retry_at``."""
         self.attempts += 1
         self.reason, self.error = reason, error
-        wait = backoff(self.attempts)
-        self.retry_at = now + wait
-        if self.attempts >= ISOLATE_AFTER:
-            self.plan.isolate |= self.failed
-        return wait
+        self.retry_at = retry_at
 
     def due(self, now: float) -> bool:
         return now >= self.retry_at

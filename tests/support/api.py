@@ -90,5 +90,5 @@ def make_api(token: str | None = None, bootstrap: str = "127.0.0.1:9", **setting
     ``Settings.pipelines`` declared; ``settings`` override Settings fields."""
     config = Settings(broker_url=bootstrap, api_token=token, **settings)
     # An engine with no pipeline: the query layer registers its listener on it.
-    engine = Engine([], {}, None, partitions=8)  # type: ignore[arg-type]
+    engine = Engine([], {}, None, partitions=8, exactly_once=False)  # type: ignore[arg-type]
     return create_api(worker_view(config, engine))

@@ -6,7 +6,8 @@ import time
 
 
 class Clock:
-    """Stands in for the ``time`` module of tables/engine.py and tables/stalls.py."""
+    """Stands in for the ``time`` module of tables/engine.py, tables/task.py and
+    tables/stalls.py."""
 
     def __init__(self) -> None:
         self.now = 1000.0

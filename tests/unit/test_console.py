@@ -293,7 +293,9 @@ def test_the_engine_counts_reads_writes_and_sends_per_pipeline() -> None:
         log.append(TP("in", 0), None, value)
     connector = LogConnector(log, exactly_once=True)
     pipeline = Pipeline("p", reads=("in",), writes=(TableSpec("t"),), process=process)
-    engine = Engine([pipeline], {"t": table}, connector, partitions=1)
+    engine = Engine(
+        [pipeline], {"t": table}, connector, partitions=1, exactly_once=connector.exactly_once
+    )
     run(engine, connector, limit=10)
     figures = engine.figures
     assert figures.read == Counter({("p", "in"): 3})

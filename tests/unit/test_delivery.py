@@ -1,66 +1,105 @@
-"""The order in which the at_least_once delivery hands a cycle to Kafka (a stand-in
-producer records it): the outputs are acknowledged before any changelog record is sent."""
+"""The order in which the engine hands a cycle to Kafka, under each guarantee (a stand-in
+producer records each send and holds it until the test acknowledges it)."""
 
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from tables.delivery import SharedDelivery
+from tables.engine import TP, Engine
 from tables.pipeline import Output
+from tables.refusals import SendPlan
+from tests.unit.test_engine import Log, LogConnector, LogProducer, MemoryTable, boom_on, fetch
+
+CHANGELOG = MemoryTable("t").changelog_topic
 
 
-class Batch:
-    def __init__(self) -> None:
-        self.records: list[Any] = []
+@dataclass
+class HeldProducer(LogProducer):
+    """Each send waits until the test acknowledges it."""
 
-    def append(self, **record: Any) -> object:
-        self.records.append(record)
-        return object()
+    acknowledged: asyncio.Event = field(default_factory=asyncio.Event)
+    in_transaction: list[bool] = field(default_factory=list)
+    offsets_sent: list[Mapping[TP, int]] = field(default_factory=list)
 
+    async def send(self, records: Sequence[Output], plan: SendPlan) -> dict[TP, int]:
+        self.in_transaction.append(self.pending is not None)
+        written = await super().send(records, plan)
+        await self.acknowledged.wait()
+        self.acknowledged.clear()
+        return written
 
-class Producer:
-    """Records each sent batch's topic; each is acknowledged when the test says so."""
-
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-        self.pending: list[asyncio.Future[Any]] = []
-
-    async def partitions_for(self, topic: str) -> set[int]:
-        return {0, 1}
-
-    def create_batch(self) -> Batch:
-        return Batch()
-
-    async def send_batch(self, batch: Batch, topic: str, partition: int) -> asyncio.Future[Any]:
-        self.sent.append(topic)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.pending.append(future)
-        return future
-
-    def acknowledge(self) -> None:
-        for future in self.pending:
-            if not future.done():
-                future.set_result(type("Meta", (), {"offset": 0})())
+    async def send_offsets(self, offsets: Mapping[TP, int]) -> None:
+        self.offsets_sent.append(dict(offsets))
+        await super().send_offsets(offsets)
 
 
-def test_changelog_records_are_sent_only_once_kafka_holds_the_outputs() -> None:
-    producer = Producer()
-    shared = SimpleNamespace(producer=producer, generation=1)
-    delivery = SharedDelivery(shared)  # type: ignore[arg-type]
-    outputs = [Output("settled-sales", b"store-1", b"{}", 0)]
-    state = [Output("streamstate-settling_buffer-changelog", b"s1", b"{}", 0)]
+@dataclass
+class HeldConnector(LogConnector):
+    producers: list[HeldProducer] = field(default_factory=list)
 
-    async def run() -> list[str]:
-        sending = asyncio.create_task(delivery.send(outputs, {}, state=state))
-        await asyncio.sleep(0.05)
-        before = list(producer.sent)  # the outputs are not acknowledged yet
-        producer.acknowledge()
-        await asyncio.sleep(0.05)
-        producer.acknowledge()
-        await sending
-        assert producer.sent == ["settled-sales", "streamstate-settling_buffer-changelog"]
-        return before
+    def producer(self, partition: int, *, transactional: bool) -> LogProducer:
+        producer = HeldProducer(self.log, self.fail)
+        self.producers.append(producer)
+        return producer
 
-    assert asyncio.run(run()) == ["settled-sales"]
+
+def held_cycle(exactly_once: bool) -> tuple[HeldConnector, Engine]:
+    log = Log()
+    log.append(TP("in", 0), None, b"a")
+    connector = HeldConnector(log, exactly_once)
+    engine = Engine(
+        [boom_on(b"never")],
+        {"t": MemoryTable("t")},
+        connector,
+        partitions=1,
+        exactly_once=exactly_once,
+    )
+    return connector, engine
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_at_least_once_sends_the_changelog_only_once_kafka_holds_the_outputs() -> None:
+    async def run() -> None:
+        connector, engine = held_cycle(exactly_once=False)
+        await engine.process(fetch(connector, ["in"], 10), {})  # the task starts
+        cycle = asyncio.create_task(engine.process(fetch(connector, ["in"], 10), {}))
+        await settle()
+        [producer] = connector.producers
+        assert producer.sends == [["out"]]  # the outputs are not acknowledged yet
+        producer.acknowledged.set()
+        await settle()
+        assert producer.sends == [["out"], [CHANGELOG]]
+        assert connector.log.committed == {}  # committed by the group, once Kafka holds all
+        producer.acknowledged.set()
+        await cycle
+        assert producer.in_transaction == [False, False]
+        assert connector.log.committed == {TP("in", 0): 1}
+        assert connector.commits == 1
+
+    asyncio.run(run())
+
+
+def test_exactly_once_sends_changelogs_outputs_and_offsets_in_one_transaction() -> None:
+    async def run() -> None:
+        connector, engine = held_cycle(exactly_once=True)
+        await engine.process(fetch(connector, ["in"], 10), {})  # the task starts
+        cycle = asyncio.create_task(engine.process(fetch(connector, ["in"], 10), {}))
+        await settle()
+        [producer] = connector.producers
+        assert producer.sends == [[CHANGELOG, "out"]]  # one send: changelogs, then outputs
+        assert connector.log.records.keys() == {TP("in", 0)}  # nothing visible yet
+        producer.acknowledged.set()
+        await cycle
+        assert producer.in_transaction == [True]
+        assert producer.offsets_sent == [{TP("in", 0): 1}]
+        assert connector.log.committed == {TP("in", 0): 1}
+        assert connector.commits == 0  # not by the group
+        assert [r.value for r in connector.log.topic("out")] == [b"seen"]
+
+    asyncio.run(run())

@@ -9,9 +9,10 @@ the log must give the same tables as a run without failures.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -127,50 +128,29 @@ def _batches(outputs: Sequence[Output], plan: SendPlan | None) -> list[tuple[TP,
 
 
 @dataclass
-class LogDelivery:
+class LogProducer:
     """A producer on the log. Like aiokafka's, it cannot send to a partition again after a
-    refused batch there (``broken``) until it is replaced (:meth:`reset`)."""
+    refused batch there (``broken``) until it is replaced (:meth:`reset`). Inside a
+    transaction its records reach the log, with the offsets, when it commits."""
 
     log: Log
-    exactly_once: bool
     fail: list[bool]
     opened: int = 0
     broken: set[TP] = field(default_factory=set)
     resets: int = 0
+    #: the open transaction's records and offsets (None: none open)
+    pending: list[tuple[TP, Output]] | None = None
+    offsets: dict[TP, int] = field(default_factory=dict)
+    #: the topics of each send, in the order of their records
+    sends: list[list[str]] = field(default_factory=list)
 
     async def open(self) -> None:
         self.opened += 1
 
-    async def send(
-        self,
-        outputs: Sequence[Output],
-        offsets: Mapping[TP, int],
-        state: Sequence[Output] = (),
-        plan: SendPlan | None = None,
-    ) -> dict[TP, int]:
+    async def send(self, records: Sequence[Output], plan: SendPlan) -> dict[TP, int]:
         if self.fail and self.fail[0]:
             raise ConnectionError("the broker went away")
-        written: dict[TP, int] = {}
-        if self.exactly_once:  # one transaction: all or nothing
-            self._deliver([*state, *outputs], plan, written, atomic=True)
-            self.log.committed.update(offsets)
-        else:  # the outputs, then the changelogs
-            self._deliver(outputs, plan, written, atomic=False)
-            try:
-                self._deliver(state, plan, written, atomic=False)
-            except Undelivered as undelivered:
-                undelivered.kept = [*outputs, *undelivered.kept]
-                raise
-        return written
-
-    def _deliver(
-        self,
-        records: Sequence[Output],
-        plan: SendPlan | None,
-        written: dict[TP, int],
-        *,
-        atomic: bool,
-    ) -> None:
+        self.sends.append(list(dict.fromkeys(out.topic for out in records)))
         batches = _batches(records, plan)
         failures, taken = [], []
         for tp, batch in batches:
@@ -184,17 +164,33 @@ class LogDelivery:
                 continue
             self.broken.add(tp)
             failures.append(Failure((tp.topic, tp.partition), error, batch))
-        if not (atomic and failures):
-            for tp, batch in taken:
-                for out in batch:
-                    written[tp] = self.log.append(
-                        tp, out.key, out.value, out.headers, out.timestamp_ms
-                    )
+        written: dict[TP, int] = {}
+        for tp, batch in taken:
+            for out in batch:
+                written[tp] = self._append(tp, out)
         if failures:
-            records = [out for _, batch in taken for out in batch]
-            undelivered = Undelivered(failures, len(taken), records)
-            undelivered.kept = [] if atomic else records
-            raise undelivered
+            raise Undelivered(failures, len(taken), [out for _, batch in taken for out in batch])
+        return written
+
+    def _append(self, tp: TP, out: Output) -> int:
+        if self.pending is None:
+            return self.log.append(tp, out.key, out.value, out.headers, out.timestamp_ms)
+        self.pending.append((tp, out))
+        return len(self.log.records.get(tp, ())) + sum(1 for t, _ in self.pending if t == tp) - 1
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        self.pending, self.offsets = [], {}
+        try:
+            yield
+            for tp, out in self.pending:
+                self.log.append(tp, out.key, out.value, out.headers, out.timestamp_ms)
+            self.log.committed.update(self.offsets)
+        finally:
+            self.pending = None
+
+    async def send_offsets(self, offsets: Mapping[TP, int]) -> None:
+        self.offsets.update(offsets)
 
     async def reset(self) -> None:
         self.resets += 1
@@ -224,11 +220,11 @@ class LogConnector:
     def assigned(self, partition: int, topics: frozenset[str]) -> list[TP]:
         return [TP(topic, partition) for topic in sorted(topics)]
 
-    def delivery(self, partition: int) -> LogDelivery:
-        if self.exactly_once:  # a producer of its own
-            return LogDelivery(self.log, self.exactly_once, self.fail)
+    def producer(self, partition: int, *, transactional: bool) -> LogProducer:
+        if transactional:  # a producer of its own
+            return LogProducer(self.log, self.fail)
         # at_least_once: every task's view of one shared producer
-        return LogDelivery(self.log, self.exactly_once, self.fail, broken=self.shared_broken)
+        return LogProducer(self.log, self.fail, broken=self.shared_broken)
 
     async def committed(self, tps: Sequence[TP]) -> dict[TP, int | None]:
         return {tp: self.log.committed.get(tp) for tp in tps}
@@ -253,6 +249,9 @@ class LogConnector:
     async def limits(self, topics: Sequence[str]) -> dict[str, TopicLimits]:
         known = self.rules if self.rules is not None else self.log.rules
         return {topic: known[topic] for topic in topics if topic in known}
+
+    async def close(self) -> None:
+        pass
 
 
 def fetch(connector: LogConnector, topics: Sequence[str], limit: int) -> dict[TP, list[Record]]:
@@ -295,6 +294,7 @@ def word_engine(connector: LogConnector, table: MemoryTable) -> Engine:
         {WORD_COUNTS: table},
         connector,
         partitions=PARTITIONS,
+        exactly_once=connector.exactly_once,
     )
 
 
@@ -418,7 +418,13 @@ def test_a_record_that_raises_goes_to_its_dead_letter_topic_and_the_rest_take_ef
     for value in [b"a", b"b", b"poison", b"a", b"c"]:
         log.append(TP("in", 0), None, value)
     connector = LogConnector(log, exactly_once=True)
-    engine = Engine([boom_on(b"poison")], {"t": table}, connector, partitions=PARTITIONS)
+    engine = Engine(
+        [boom_on(b"poison")],
+        {"t": table},
+        connector,
+        partitions=PARTITIONS,
+        exactly_once=connector.exactly_once,
+    )
     run(engine, connector, limit=10)
     assert table.values() == {b"a": 2, b"b": 1, b"c": 1}
     assert [r.key for r in log.topic("out")] == [b"a", b"b", b"a", b"c"]
@@ -461,6 +467,7 @@ def test_pipelines_reading_one_topic_parse_each_record_once_per_cycle() -> None:
         tables,
         connector,
         partitions=PARTITIONS,
+        exactly_once=connector.exactly_once,
     )
     run(engine, connector, limit=10)
     assert first.values() == second.values() == {b"sum": 7}
@@ -489,7 +496,13 @@ def test_records_applied_one_by_one_after_a_failure_each_get_their_own_parse() -
         log.append(TP("in", 0), None, value)
     connector = LogConnector(log, exactly_once=True)
     pipeline = Pipeline("sum", reads=("in",), writes=(TableSpec("t"),), process=summing)
-    engine = Engine([pipeline], {"t": table}, connector, partitions=PARTITIONS)
+    engine = Engine(
+        [pipeline],
+        {"t": table},
+        connector,
+        partitions=PARTITIONS,
+        exactly_once=connector.exactly_once,
+    )
     run(engine, connector, limit=10)
     assert table.values() == {v: int(v) for v in values if v != b"13"}
     assert [r.value for r in log.topic(dlq_topic("in"))] == [b"13"]
@@ -581,7 +594,13 @@ def test_a_task_starts_from_the_committed_offsets_and_drops_what_was_fetched_bef
 def test_pipelines_must_declare_the_tables_they_write() -> None:
     connector = LogConnector(Log(), exactly_once=True)
     with pytest.raises(ValueError, match="undeclared tables"):
-        Engine([boom_on(b"x")], {}, connector, partitions=PARTITIONS)
+        Engine(
+            [boom_on(b"x")],
+            {},
+            connector,
+            partitions=PARTITIONS,
+            exactly_once=connector.exactly_once,
+        )
 
 
 def test_a_store_that_fails_after_kafka_took_the_cycle_is_a_store_failure() -> None:

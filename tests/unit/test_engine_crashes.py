@@ -1,6 +1,7 @@
 """The engine crashed at every point of a batch cycle, in process, over the in-memory log
 of tests/unit/test_engine.py: before Kafka takes the cycle, halfway through what Kafka
-takes (at_least_once: records without a transaction), after Kafka took it but before
+takes (at_least_once: records without a transaction; the outputs go first, then the
+changelog records), after Kafka took it but before
 the store has it, and after the store has it but before the offsets are committed.
 
 The process dies there; a new one restores its tables from the changelogs, as faust's
@@ -31,7 +32,7 @@ from tests.unit.test_engine import (
     TEXTS,
     Log,
     LogConnector,
-    LogDelivery,
+    LogProducer,
     MemoryTable,
     fetch,
     lines,
@@ -47,25 +48,21 @@ class Crash(BaseException):
 
 
 @dataclass
-class CrashingDelivery(LogDelivery):
+class CrashingProducer(LogProducer):
     point: str = ""
     armed: bool = False
+    #: halfway_into_kafka: the armed send (from 1) that Kafka takes half of
+    nth: int = 1
 
-    async def send(
-        self,
-        outputs: Sequence[Output],
-        offsets: Mapping[TP, int],
-        state: Sequence[Output] = (),
-        plan: SendPlan | None = None,
-    ) -> dict[TP, int]:
+    async def send(self, records: Sequence[Output], plan: SendPlan) -> dict[TP, int]:
         if self.armed and self.point == "before_kafka":
             raise Crash(self.point)
-        if self.armed and self.point == "halfway_into_kafka":
-            # the first half of what Kafka gets, in the order the delivery sends it
-            ordered = [*state, *outputs] if self.exactly_once else [*outputs, *state]
-            await super().send(ordered[: len(ordered) // 2], {})
-            raise Crash(self.point)
-        return await super().send(outputs, offsets, state, plan)
+        if self.armed and self.point == "halfway_into_kafka" and self.pending is None:
+            self.nth -= 1
+            if self.nth == 0:
+                await super().send(records[: len(records) // 2], plan)
+                raise Crash(self.point)
+        return await super().send(records, plan)
 
 
 class CrashingTable(MemoryTable):
@@ -83,19 +80,22 @@ class CrashingTable(MemoryTable):
 class CrashingConnector(LogConnector):
     point: str = ""
     armed: bool = False
+    nth: int = 1
 
-    def delivery(self, partition: int) -> LogDelivery:
-        delivery = CrashingDelivery(self.log, self.exactly_once, self.fail, point=self.point)
-        self.deliveries.append(delivery)
-        return delivery
+    def producer(self, partition: int, *, transactional: bool) -> LogProducer:
+        producer = CrashingProducer(self.log, self.fail, point=self.point, nth=self.nth)
+        if not transactional:  # every task's view of one shared producer
+            producer.broken = self.shared_broken
+        self.producers.append(producer)
+        return producer
 
     def __post_init__(self) -> None:
-        self.deliveries: list[CrashingDelivery] = []
+        self.producers: list[CrashingProducer] = []
 
     def arm(self, on: bool) -> None:
         self.armed = on
-        for delivery in self.deliveries:
-            delivery.armed = on
+        for producer in self.producers:
+            producer.armed = on
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
         if self.armed and self.point == "before_the_commit":
@@ -229,10 +229,13 @@ def settled(log: Log) -> Counter[bytes]:
     )
 
 
+@pytest.mark.parametrize("nth", [1, 2])
 @pytest.mark.parametrize("at_cycle", [1, 2, 4])
 def test_at_least_once_settling_loses_no_pair_when_kafka_takes_half_a_cycle(
-    at_cycle: int,
+    at_cycle: int, nth: int
 ) -> None:
+    """``nth``: the send Kafka takes half of (the outputs go first, then the changelog
+    records)."""
     log, pairs = settling_log()
     context = Context(PARTITIONS, max_event_bytes=10_000, window_retention_ms=0)
     pipelines = compile_topology(settling.pipelines(context), context).pipelines
@@ -244,10 +247,11 @@ def test_at_least_once_settling_loses_no_pair_when_kafka_takes_half_a_cycle(
             tables,
             connector,
             partitions=PARTITIONS,
+            exactly_once=connector.exactly_once,
         )
 
     tables = {name: MemoryTable(name) for name in names}
-    connector = CrashingConnector(log, False, point="halfway_into_kafka")
+    connector = CrashingConnector(log, False, point="halfway_into_kafka", nth=nth)
     crash_at(engine(connector, tables), connector, at_cycle, limit=3)
     for table in tables.values():
         recover(table, log)

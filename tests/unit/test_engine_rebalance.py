@@ -17,7 +17,7 @@ from tests.unit.test_engine import (
     WORD_COUNTS,
     Log,
     LogConnector,
-    LogDelivery,
+    LogProducer,
     MemoryTable,
     lines,
     offer_next,
@@ -44,7 +44,7 @@ def test_a_partition_that_comes_back_keeps_its_task_and_producer(exactly_once: b
     engine = word_engine(connector, table)
     run(engine, connector)
     before = dict(engine.tasks)
-    deliveries = {p: task.delivery for p, task in before.items()}
+    producers = {p: task.producer for p, task in before.items()}
     assert set(before) == ALL
 
     asyncio.run(engine.suspend())  # revoked: every partition, as the eager protocol does
@@ -55,7 +55,7 @@ def test_a_partition_that_comes_back_keeps_its_task_and_producer(exactly_once: b
     run(engine, connector)
 
     assert engine.tasks == before
-    assert {p: t.delivery for p, t in engine.tasks.items()} == deliveries
+    assert {p: t.producer for p, t in engine.tasks.items()} == producers
     assert table.values() == dict(want + more)
     assert committed_everything(log)
 
@@ -98,7 +98,7 @@ def test_a_kept_task_the_group_committed_past_starts_again_from_the_committed_of
 
 
 @dataclass
-class SlowOpening(LogDelivery):
+class SlowOpening(LogProducer):
     """A producer whose start takes a while (a transactional one finds its coordinator
     and fences its predecessor), counting how many start at once."""
 
@@ -117,8 +117,8 @@ class SlowOpening(LogDelivery):
 class SlowConnector(LogConnector):
     starting: list[int] = field(default_factory=lambda: [0, 0])
 
-    def delivery(self, partition: int) -> LogDelivery:
-        return SlowOpening(self.log, self.exactly_once, self.fail, starting=self.starting)
+    def producer(self, partition: int, *, transactional: bool) -> LogProducer:
+        return SlowOpening(self.log, self.fail, starting=self.starting)
 
 
 def test_the_partitions_a_rebalance_brings_start_their_tasks_together() -> None:

@@ -73,7 +73,7 @@ def test_metrics_name_the_stalled_partition_its_error_and_offset(clock: Clock) -
 
 def test_a_partition_that_moves_again_is_no_longer_listed(clock: Clock) -> None:
     engine, connector = stalled_engine(clock)
-    connector.delivery = super(FlakyConnector, connector).delivery  # type: ignore[method-assign]
+    connector.producer = super(FlakyConnector, connector).producer  # type: ignore[method-assign]
     clock.advance(60.0)
 
     async def go() -> None:
@@ -89,7 +89,7 @@ def test_a_cycle_waiting_on_kafka_for_ten_seconds_is_stalled_one_applying_is_lis
     clock: Clock,
 ) -> None:
     engine, connector = stalled_engine(clock)
-    connector.delivery = super(FlakyConnector, connector).delivery  # type: ignore[method-assign]
+    connector.producer = super(FlakyConnector, connector).producer  # type: ignore[method-assign]
     task = engine.tasks[1]
     task.busy_since, task.busy_at = clock.now - 12.0, {TP("in", 1): 1}
     engine.stalls.clear()

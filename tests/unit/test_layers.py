@@ -59,19 +59,24 @@ ADAPTED = {"faust", "mode", "rocksdict"}
 STORE_INTERNALS = {"POSITION_KEY"}
 
 
+def adapted_imports(node: ast.AST) -> list[str]:
+    """What ``node`` imports of what only the adapter may import."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        names = [node.module]
+    else:
+        names = []
+    return [f"{node.lineno}: import {n}" for n in names if n.split(".")[0] in ADAPTED]
+
+
 def door_breaches(path: Path) -> list[str]:
     """Where a module reaches past the adapter: an import of what only the adapter may
     import or of a store's internal key, or an attribute of another object whose name is
     private (``x._dbs``)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        else:
-            names = []
-        found += [f"{node.lineno}: import {n}" for n in names if n.split(".")[0] in ADAPTED]
+        found += adapted_imports(node)
         if isinstance(node, ast.ImportFrom):
             found += [
                 f"{node.lineno}: import {alias.name}"
@@ -95,6 +100,27 @@ def test_the_query_layer_reaches_faust_only_through_the_adapter() -> None:
         if (found := door_breaches(path))
     }
     assert not breaches, f"api/ reaches past tables/membership.py and the stores: {breaches}"
+
+
+#: The modules of tables/ that may import faust, mode or rocksdict: the adapter, and those
+#: that declare faust's tables, sensors, services and restore types. The engine, its
+#: producers and every other part of the commit cycle are not among them.
+FAUST_IN_TABLES = {"faust_adapter.py", "definitions.py", "global_table.py", "rebalances.py"}
+FAUST_IN_TABLES |= {"restore.py"}
+
+
+def test_the_engine_and_its_parts_import_no_faust() -> None:
+    found = {
+        str(path.relative_to(ROOT)): imports
+        for path in sorted((ROOT / "tables").rglob("*.py"))
+        if path.name not in FAUST_IN_TABLES
+        and (
+            imports := [
+                i for n in ast.walk(ast.parse(path.read_text())) for i in adapted_imports(n)
+            ]
+        )
+    }
+    assert not found, f"reach faust through tables/faust_adapter.py: {found}"
 
 
 def test_the_door_check_sees_faust_and_private_attributes(tmp_path: Path) -> None:

@@ -19,17 +19,16 @@ import orjson
 import pytest
 
 from core.topics import dlq_topic
-from tables.engine import TP, Engine
+from tables.engine import BACKOFF_CAP_S, ISOLATE_AFTER, TP, Engine
 from tables.limits import TopicLimits
 from tables.pipeline import ERROR_HEADER, Batch, Output, Pipeline, TableSpec
 from tables.refusals import SendPlan
-from tables.stalls import BACKOFF_CAP_S, ISOLATE_AFTER
 from tests.support.clock import Clock
 from tests.unit.test_engine import (
     PARTITIONS,
     Log,
     LogConnector,
-    LogDelivery,
+    LogProducer,
     MemoryTable,
     offer_next,
     run,
@@ -81,6 +80,7 @@ def engine_over(
         dict(tables),
         connector,
         partitions=PARTITIONS,
+        exactly_once=connector.exactly_once,
     )
 
 
@@ -298,11 +298,11 @@ def test_a_dead_letter_larger_than_its_topic_takes_keeps_its_headers_without_the
 class FlakyConnector(LogConnector):
     """Every send of partition 0's task fails with an error no record explains."""
 
-    def delivery(self, partition: int) -> LogDelivery:
-        delivery = super().delivery(partition)
+    def producer(self, partition: int, *, transactional: bool) -> LogProducer:
+        producer = super().producer(partition, transactional=transactional)
         if partition == 0:
-            delivery.fail = [True]
-        return delivery
+            producer.fail = [True]
+        return producer
 
 
 @GUARANTEES
@@ -346,26 +346,20 @@ class StateFails(LogConnector):
 
     times: int = 3
 
-    def delivery(self, partition: int) -> LogDelivery:
-        return FailingState(self.log, self.exactly_once, self.fail, connector=self)
+    def producer(self, partition: int, *, transactional: bool) -> LogProducer:
+        return FailingState(self.log, self.fail, connector=self)
 
 
 @dataclass
-class FailingState(LogDelivery):
+class FailingState(LogProducer):
     connector: StateFails | None = None
 
-    async def send(
-        self,
-        outputs: Sequence[Output],
-        offsets: Mapping[TP, int],
-        state: Sequence[Output] = (),
-        plan: SendPlan | None = None,
-    ) -> dict[TP, int]:
-        if self.connector is not None and self.connector.times > 0 and outputs:
+    async def send(self, records: Sequence[Output], plan: SendPlan) -> dict[TP, int]:
+        changelog = any(out.topic == CHANGELOG for out in records)
+        if self.connector is not None and self.connector.times > 0 and changelog:
             self.connector.times -= 1
-            await super().send(outputs, {}, (), plan)
             raise TimeoutError("the changelog's leader did not answer")
-        return await super().send(outputs, offsets, state, plan)
+        return await super().send(records, plan)
 
 
 def test_at_least_once_sends_a_failed_cycles_outputs_again_at_most_once_per_attempt(

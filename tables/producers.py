@@ -1,23 +1,18 @@
-"""How a task's batch cycles reach Kafka, under each processing guarantee.
+"""The engine's producers: the Kafka calls a task's cycle is made of, in no order of
+their own (the engine puts them in order: :meth:`tables.engine.Engine._produce`).
 
-``exactly_once``: every task has a transactional producer of its own, with the id
-``<app id>-task-<partition>``. Starting it fences the producer of the partition's
-previous owner and aborts whatever transaction that one left open, so the committed
-offsets read afterwards are final. Each cycle's changelog records, output records and
-source offsets commit in one transaction.
+* :class:`TransactionalProducer` (``exactly_once``): one per task, with the id
+  ``<app id>-task-<partition>``. Starting it fences the producer of the partition's
+  previous owner and aborts whatever transaction that one left open.
+* :class:`SharedProducer` (``at_least_once``): the worker's idempotent producer, which
+  every task sends through its own :class:`SharedView`.
 
-``at_least_once``: one idempotent producer serves every task. A cycle's outputs are
-acknowledged, then its changelog records, then its offsets are committed (by the consumer
-group, once per engine cycle); a crash in between processes the cycle again, and sends
-its outputs again rather than losing them.
-
-Records leave as record batches of one partition each, no larger than their topic takes.
-When Kafka fails a batch, every batch of the send is awaited and the failures are
-raised together (:class:`~tables.refusals.Undelivered`). aiokafka's producer cannot send
-to a partition again after a failed batch (its sequence numbers went on past it: the
-broker answers OutOfOrderSequenceNumber to everything after), so a delivery whose send
-failed replaces its producer (:meth:`TransactionalDelivery.reset`,
-:meth:`SharedProducer.reset`).
+Records leave as record batches of one partition each, no larger than their topic takes
+(:func:`send_all`). When Kafka fails a batch, every batch of the send is awaited and the
+failures are raised together (:class:`~tables.refusals.Undelivered`). aiokafka's
+producer cannot send to a partition again after a failed batch (its sequence numbers
+went on past it: the broker answers OutOfOrderSequenceNumber to everything after), so a
+producer whose send failed is replaced (``reset``).
 """
 
 from __future__ import annotations
@@ -27,6 +22,7 @@ import functools
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -124,13 +120,12 @@ async def _send_partition(
     return sent
 
 
-async def _send_all(
-    producer: AIOKafkaProducer, outputs: Sequence[Output], plan: SendPlan | None = None
+async def send_all(
+    producer: AIOKafkaProducer, outputs: Sequence[Output], plan: SendPlan
 ) -> dict[TP, int]:
     """Produce ``outputs`` as record batches of one partition each, and wait until Kafka
     holds them all. Returns the last offset written per partition; raises
     :class:`Undelivered` with every batch Kafka did not take."""
-    plan = plan or SendPlan()
     limit: Callable[[str], int] = plan.batch_bytes or (lambda _topic: MAX_BATCH_BYTES)
     sent: list[Sent] = []
     for tp, records in (await _partitioned(producer, outputs)).items():
@@ -151,17 +146,7 @@ async def _send_all(
     return written
 
 
-def _undelivered(error: BaseException) -> Undelivered | None:
-    """The Undelivered a failure arose from, when one did (an abort that failed too)."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, Undelivered):
-            return seen
-        seen = seen.__context__
-    return None
-
-
-class TransactionalDelivery:
+class TransactionalProducer:
     """exactly_once: one task's transactional producer."""
 
     def __init__(self, bootstrap: str, transactional_id: str, group_id: str) -> None:
@@ -177,32 +162,21 @@ class TransactionalDelivery:
         await producer.start()
         self._producer = producer
 
-    async def send(
-        self,
-        outputs: Sequence[Output],
-        offsets: Mapping[TP, int],
-        state: Sequence[Output] = (),
-        plan: SendPlan | None = None,
-    ) -> dict[TP, int]:
-        producer = self._producer
-        if producer is None:
+    def _open(self) -> AIOKafkaProducer:
+        if self._producer is None:
             raise RuntimeError(f"transactional producer {self.transactional_id} is not open")
-        try:
-            async with producer.transaction():
-                written = await _send_all(producer, [*state, *outputs], plan)
-                if offsets:
-                    commit = {
-                        TopicPartition(tp.topic, tp.partition): o for tp, o in offsets.items()
-                    }
-                    await producer.send_offsets_to_transaction(commit, self.group_id)
-        except Undelivered:
-            raise  # the transaction is aborted: nothing of the cycle is visible
-        except Exception as exc:
-            cause = _undelivered(exc)
-            if cause is not None:  # the abort failed too: the next producer's start aborts
-                raise cause from exc
-            raise
-        return written
+        return self._producer
+
+    async def send(self, records: Sequence[Output], plan: SendPlan) -> dict[TP, int]:
+        return await send_all(self._open(), records, plan)
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        context: AbstractAsyncContextManager[Any] = self._open().transaction()
+        return context
+
+    async def send_offsets(self, offsets: Mapping[TP, int]) -> None:
+        commit = {TopicPartition(tp.topic, tp.partition): o for tp, o in offsets.items()}
+        await self._open().send_offsets_to_transaction(commit, self.group_id)
 
     async def reset(self) -> None:
         """A new producer with the same transactional id: its start aborts what the old
@@ -217,20 +191,26 @@ class TransactionalDelivery:
 
 
 class SharedProducer:
-    """at_least_once: the worker's idempotent producer, replaced after a failed send."""
+    """at_least_once: the worker's idempotent producer, started by the first task that
+    opens a view of it and replaced after a failed send."""
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self.producer: AIOKafkaProducer | None = None
-        #: counts the producers started: a delivery that failed with one asks to replace
+        #: counts the producers started: a view that failed with one asks to replace
         #: that one only
         self.generation = 0
+        self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        producer = AIOKafkaProducer(**producer_options(self.bootstrap))
-        await producer.start()
-        self.producer = producer
-        self.generation += 1
+        """Start the producer unless it runs."""
+        async with self._lock:
+            if self.producer is not None:
+                return
+            producer = AIOKafkaProducer(**producer_options(self.bootstrap))
+            await producer.start()
+            self.producer = producer
+            self.generation += 1
 
     async def stop(self) -> None:
         producer, self.producer = self.producer, None
@@ -245,8 +225,11 @@ class SharedProducer:
         await self.stop()
         await self.start()
 
+    def view(self) -> SharedView:
+        return SharedView(self)
 
-class SharedDelivery:
+
+class SharedView:
     """at_least_once: a task's view of the worker's idempotent producer."""
 
     def __init__(self, shared: SharedProducer) -> None:
@@ -255,38 +238,24 @@ class SharedDelivery:
         self._failed: int | None = None
 
     async def open(self) -> None:
-        return None
+        await self.shared.start()
 
-    async def send(
-        self,
-        outputs: Sequence[Output],
-        offsets: Mapping[TP, int],
-        state: Sequence[Output] = (),
-        plan: SendPlan | None = None,
-    ) -> dict[TP, int]:
+    async def send(self, records: Sequence[Output], plan: SendPlan) -> dict[TP, int]:
         producer = self.shared.producer
         if producer is None:
             raise RuntimeError("the shared producer is not started")
         generation = self.shared.generation
         try:
-            # The outputs first: state that lands without them would make the records
-            # that produced them look applied when they are processed again (see
-            # Delivery.send).
-            try:
-                written = await _send_all(producer, outputs, plan) if outputs else {}
-            except Undelivered as undelivered:
-                undelivered.kept = undelivered.taken
-                raise
-            if state:
-                try:
-                    written.update(await _send_all(producer, state, plan))
-                except Undelivered as undelivered:
-                    undelivered.kept = [*outputs, *undelivered.taken]
-                    raise
+            return await send_all(producer, records, plan)
         except Exception:
             self._failed = generation
             raise
-        return written
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        raise RuntimeError("the shared producer runs no transactions (at_least_once)")
+
+    async def send_offsets(self, offsets: Mapping[TP, int]) -> None:
+        raise RuntimeError("the shared producer runs no transactions (at_least_once)")
 
     async def reset(self) -> None:
         failed, self._failed = self._failed, None
