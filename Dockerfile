@@ -48,6 +48,9 @@ WORKDIR /src
 COPY pyproject.toml ./
 COPY ops/docker/requirements.py ops/docker/requirements.py
 COPY ops/docker/spark-kafka/pom.xml ops/docker/spark-kafka/pom.xml
+# Options of Maven's JVM: a trust store for Maven Central behind a proxy, for instance
+# (ops/docker/cluster.sh passes the host's under podman).
+ARG MAVEN_OPTS=""
 RUN mvn -q -B -f ops/docker/spark-kafka/pom.xml dependency:copy-dependencies \
       -DincludeScope=runtime -DoutputDirectory=/opt/spark-kafka \
       -Dspark.version="$(python ops/docker/requirements.py --pin pyspark)"
