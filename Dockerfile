@@ -22,10 +22,12 @@ FROM python-base AS builder
 WORKDIR /src
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 COPY ops/docker/requirements.py ops/docker/requirements.py
 RUN python ops/docker/requirements.py >/tmp/requirements.txt \
     && pip install --no-cache-dir -r /tmp/requirements.txt
+# The wheel's metadata reads README.md: it comes with the code, after the dependencies.
+COPY README.md ./
 COPY core ./core
 COPY app ./app
 COPY agents ./agents

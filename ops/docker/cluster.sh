@@ -118,16 +118,20 @@ duration_seconds() {
 
 # podman schedules health checks with systemd timers; without systemd nothing runs them and
 # a service that waits for a healthy one never starts. This loop runs them instead: every 2 s
-# while a container is starting, then at the interval its health check names, never two at
-# once for one container (a slow check must not pile up JVMs on a busy machine).
+# within a container's start period (where a failure does not count, and a success makes
+# it healthy), then at the interval its health check names, so that its retries span as
+# long as under Docker; never two at once for one container (a slow check must not pile
+# up JVMs on a busy machine).
 health_loop() {
   declare -A last=() running=()
-  local now id state interval
+  local now id state interval start_period started
   while true; do
     now="$(date +%s)"
-    while read -r id state interval; do
+    while read -r id state interval start_period started; do
       interval="$(duration_seconds "$interval")"
-      [ "$state" = starting ] && interval=2
+      if [ "$state" = starting ] && [ $((now - started)) -lt "$(duration_seconds "$start_period")" ]; then
+        interval=2
+      fi
       if [ -n "${running[$id]:-}" ] && kill -0 "${running[$id]}" 2>/dev/null; then
         continue
       fi
@@ -138,8 +142,8 @@ health_loop() {
       fi
     done < <(podman ps --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME" \
       --format '{{.ID}}' | xargs -r podman inspect --format \
-      '{{.ID}} {{if .State.Health}}{{.State.Health.Status}}{{end}} {{if .Config.Healthcheck}}{{.Config.Healthcheck.Interval}}{{end}}' \
-      2>/dev/null | awk 'NF == 3' || true)
+      '{{.ID}} {{if .State.Health}}{{.State.Health.Status}}{{end}} {{if .Config.Healthcheck}}{{.Config.Healthcheck.Interval}} {{.Config.Healthcheck.StartPeriod}}{{end}} {{.State.StartedAt.Unix}}' \
+      2>/dev/null | awk 'NF == 5' || true)
     sleep 1
   done
 }
