@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import subprocess
 import time
 import urllib.error
@@ -145,6 +146,13 @@ def cluster() -> Iterator[Cluster]:
         project=os.environ.get("COMPOSE_PROJECT_NAME", ROOT.name),
     )
     assert not any(made.leftovers().values()), f"a cluster is already there: {made.leftovers()}"
+    for port in (*map(host_port, WORKERS), int(os.environ.get("KAFKA_HOST_PORT", "19092"))):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                pytest.fail(
+                    f"127.0.0.1:{port} is taken: make compose-test COMPOSE_KAFKA_PORT=... "
+                    "COMPOSE_WORKER_PORT=... moves the cluster's ports"
+                )
     started = time.monotonic()
     try:
         made.check("up", "-d", "--no-build")
