@@ -324,6 +324,15 @@ def test_worker_waits_for_a_healthy_kafka_and_reports_its_health(
     assert "/health" in " ".join(test)
 
 
+@pytest.mark.parametrize("files", [(COMPOSE,), (COMPOSE, KAFKA3)], ids=["one-broker", "three"])
+def test_health_check_arguments_have_no_spaces(files: tuple[Path, ...]) -> None:
+    # podman 4's Docker API splits a health check's arguments on spaces.
+    for path in files:
+        for name, service in load_yaml(path)["services"].items():
+            test = service.get("healthcheck", {}).get("test", [])
+            assert not [arg for arg in test if " " in arg], name
+
+
 def test_kafka_runs_in_kraft_mode_with_a_health_check(services: dict[str, dict[str, Any]]) -> None:
     kafka = services["kafka"]
     env = environment(kafka)
