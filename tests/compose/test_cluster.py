@@ -32,7 +32,7 @@ pytestmark = pytest.mark.compose
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = ("worker-1", "worker-2", "worker-3")
 #: How long `up` may take until every worker answers /ready with 200.
-READY_TIMEOUT_S = float(os.environ.get("COMPOSE_READY_TIMEOUT", "300"))
+READY_TIMEOUT_S = float(os.environ.get("COMPOSE_READY_TIMEOUT", "600"))
 VICTIM = "worker-2"
 
 
