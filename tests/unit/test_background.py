@@ -23,7 +23,8 @@ async def test_a_loop_asked_to_stop_ends_by_itself_and_is_not_cancelled() -> Non
     await asyncio.sleep(0.01)
     await asyncio.wait_for(stopped(task, stopping, grace_s=5.0), 2.0)
     assert closed == ["client"]
-    assert task.done() and not task.cancelled()
+    assert task.done()
+    assert not task.cancelled()
 
 
 async def test_a_loop_that_does_not_stop_is_cancelled_after_the_grace() -> None:
