@@ -631,19 +631,45 @@ def test_dockerfile_is_multi_stage_on_slim_python_311(
         assert any("/opt/venv" in arg and "--from=builder" in arg for arg in chain[-1].args("COPY"))
 
 
-def test_builder_installs_the_project_as_a_wheel_with_every_package(
+def test_the_project_is_built_as_a_wheel_with_every_package(
     dockerfile: tuple[dict[str, str], dict[str, Stage], list[Stage]],
 ) -> None:
     _, by_name, _ = dockerfile
-    builder = by_name["builder"]
-    runs = " ".join(builder.args("RUN"))
-    assert "python -m venv /opt/venv" in runs
+    assert "python -m venv /opt/venv" in " ".join(by_name["builder"].args("RUN"))
+    assert "requirements.py --build-system" in " ".join(by_name["builder"].args("RUN"))
+    wheel = by_name["wheel"]
+    assert wheel.base == "builder"
+    runs = " ".join(wheel.args("RUN"))
+    # The build tools come from the builder's layer: a rebuild downloads nothing.
     assert "pip wheel" in runs
+    assert "--no-build-isolation" in runs
     with (ROOT / "pyproject.toml").open("rb") as handle:
         includes = tomllib.load(handle)["tool"]["setuptools"]["packages"]["find"]["include"]
-    copied = {arg.split()[0] for arg in builder.args("COPY")}
+    copied = {arg.split()[0] for arg in wheel.args("COPY")}
     for pattern in includes:
         assert pattern.rstrip("*") in copied, f"the image lacks the {pattern} packages"
+    for target in ("worker", "batch"):
+        assert "--from=wheel /wheels /wheels" in by_name[target].args("COPY")
+        installs = " ".join(by_name[target].args("RUN"))
+        assert "pip install" in installs
+        assert "--no-deps --no-index /wheels/*.whl" in installs
+
+
+def test_a_change_to_the_code_leaves_the_dependency_layers_alone(
+    dockerfile: tuple[dict[str, str], dict[str, Stage], list[Stage]],
+) -> None:
+    _, by_name, _ = dockerfile
+    dependency_stages = [by_name[name] for name in ("builder", "builder-batch", "spark-kafka")]
+    for stage in dependency_stages:
+        for arg in stage.args("COPY"):
+            source = arg.split()[-2] if not arg.startswith("--from=") else ""
+            assert source in {"", "pyproject.toml", "ops/docker/requirements.py"} or (
+                source.startswith("ops/docker/spark-kafka/")
+            ), f"{stage.name} copies {arg}: a change to it would rebuild the dependencies"
+    for target in ("worker", "batch"):
+        copies = by_name[target].args("COPY")
+        venv = next(i for i, arg in enumerate(copies) if "/opt/venv /opt/venv" in arg)
+        assert copies.index("--from=wheel /wheels /wheels") > venv, target
 
 
 @pytest.mark.parametrize("target", ["worker", "batch"])
@@ -801,6 +827,9 @@ def test_dependency_layer_lists_what_pyproject_requires() -> None:
         for dep in project["optional-dependencies"]["batch"]
         if dep.startswith("pyspark==")
     ]
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        build_system = tomllib.load(handle)["build-system"]["requires"]
+    assert lines("--build-system") == build_system
     assert subprocess.run([*helper, "nosuchextra"], capture_output=True).returncode != 0
 
 
