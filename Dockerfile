@@ -70,6 +70,7 @@ RUN python ops/docker/requirements.py batch >/tmp/batch.txt \
     && pip install --no-cache-dir -r /tmp/batch.txt
 # Into pyspark's own jars folder, so that every SparkSession has the Kafka source
 # without network access or configuration; artifacts pyspark ships are left alone.
+COPY ops/docker/spark_jars.py ops/docker/spark_jars.py
 COPY --from=spark-kafka /opt/spark-kafka /tmp/spark-kafka
 RUN python ops/docker/spark_jars.py /tmp/spark-kafka && rm -rf /tmp/spark-kafka
 

@@ -655,6 +655,31 @@ def test_the_project_is_built_as_a_wheel_with_every_package(
         assert "--no-deps --no-index /wheels/*.whl" in installs
 
 
+def copied_in(chain: list[Stage], path: str) -> bool:
+    """Whether a COPY from the build context in ``chain`` brings ``path``."""
+    for stage in chain:
+        for arg in stage.args("COPY"):
+            if arg.startswith("--from="):
+                continue
+            source = arg.split()[0]
+            if path == source or path.startswith(source.rstrip("/") + "/"):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("target", ["worker", "batch", "wheel", "builder-batch", "spark-kafka"])
+def test_every_script_a_stage_runs_was_copied_into_it(
+    dockerfile: tuple[dict[str, str], dict[str, Stage], list[Stage]], target: str
+) -> None:
+    _, by_name, _ = dockerfile
+    chain = lineage(by_name, target)
+    runs = " ".join(run for stage in chain for run in stage.args("RUN"))
+    scripts = set(re.findall(r"python (ops/[\w/]+\.py)", runs))
+    assert scripts or target in {"worker", "batch"}
+    for script in scripts:
+        assert copied_in(chain, script), f"{target} runs {script} but no COPY brings it"
+
+
 def test_a_change_to_the_code_leaves_the_dependency_layers_alone(
     dockerfile: tuple[dict[str, str], dict[str, Stage], list[Stage]],
 ) -> None:
@@ -663,9 +688,11 @@ def test_a_change_to_the_code_leaves_the_dependency_layers_alone(
     for stage in dependency_stages:
         for arg in stage.args("COPY"):
             source = arg.split()[-2] if not arg.startswith("--from=") else ""
-            assert source in {"", "pyproject.toml", "ops/docker/requirements.py"} or (
-                source.startswith("ops/docker/spark-kafka/")
-            ), f"{stage.name} copies {arg}: a change to it would rebuild the dependencies"
+            assert source in {"", "pyproject.toml", "ops/docker/requirements.py"} | {
+                "ops/docker/spark_jars.py"
+            } or (source.startswith("ops/docker/spark-kafka/")), (
+                f"{stage.name} copies {arg}: a change to it would rebuild the dependencies"
+            )
     for target in ("worker", "batch"):
         copies = by_name[target].args("COPY")
         venv = next(i for i, arg in enumerate(copies) if "/opt/venv /opt/venv" in arg)
