@@ -60,11 +60,13 @@ def http(method: str, address: str, body: object = None, timeout: float = 35.0) 
         request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            raw, status, headers = response.read(), response.status, dict(response.headers)
+            raw, status, fields = response.read(), response.status, response.headers
     except urllib.error.HTTPError as error:
-        raw, status, headers = error.read(), error.code, dict(error.headers)
+        raw, status, fields = error.read(), error.code, error.headers
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return Answer(0, {}, {})
+    # Header names are case-insensitive (uvicorn sends them in lower case): keyed in lower case.
+    headers = {name.lower(): value for name, value in fields.items()}
     try:
         parsed = json.loads(raw) if raw else {}
     except ValueError:
@@ -201,7 +203,7 @@ def test_a_line_produced_through_one_worker_is_read_with_its_token_through_the_o
             answer = http("GET", url(worker, f"/tables/word_counts/keys/{word}?{query}"))
             assert answer.status == 200, (worker, word, answer.body)
             assert answer.body["value"] == count, (worker, word, answer.body)
-            assert answer.headers.get("X-Served-By", "").startswith("http://worker-")
+            assert answer.headers.get("x-served-by", "").startswith("http://worker-")
 
 
 @pytest.mark.timeout(1800)
