@@ -89,6 +89,7 @@ alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 # podman's Docker API on $SOCKET, for docker-compose; started once, stopped by `down`.
 start_podman_service() {
   alive "$STATE/podman-service.pid" && return 0
+  SERVICE_STARTED=1
   rm -f "$SOCKET"
   podman system service --time=0 "unix://$SOCKET" >"$STATE/podman-service.log" 2>&1 &
   echo $! >"$STATE/podman-service.pid"
@@ -407,7 +408,12 @@ run_tests() {
 }
 
 case "${1:-}" in
-  images) engine_up && images ;;
+  # The engine's service stays up only if it was (for a cluster that `up` started).
+  images)
+    engine_up
+    trap 'if [ -n "${SERVICE_STARTED:-}" ]; then engine_down; fi' EXIT
+    images
+    ;;
   up) up ;;
   down) down ;;
   test) shift && run_tests "$@" ;;
