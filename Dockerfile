@@ -6,8 +6,9 @@
 #   docker build -t streamstate-worker .
 #   docker build --target batch -t streamstate-batch .
 #
-# Dependencies install in a layer of their own (from pyproject.toml), the project itself
-# as a wheel after it, so that a code change rebuilds in seconds.
+# The dependencies install in layers of their own (from pyproject.toml), the project is
+# built as a wheel in a stage of its own and installed last on top of them: a change to the
+# code alone rebuilds the wheel and one small layer of each image, in seconds.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -17,15 +18,23 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# --- builder: a virtualenv at /opt/venv with the dependencies, then the project's wheel ---
+# --- builder: a virtualenv at /opt/venv with the dependencies and the wheel's build tools ---
 FROM python-base AS builder
 WORKDIR /src
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 COPY ops/docker/requirements.py ops/docker/requirements.py
+# pip's index, when not PyPI (ops/docker/cluster.sh passes the one pip is configured with).
+ARG PIP_INDEX_URL
 RUN python ops/docker/requirements.py >/tmp/requirements.txt \
-    && pip install --no-cache-dir -r /tmp/requirements.txt
+    && python ops/docker/requirements.py --build-system >/tmp/build.txt \
+    && pip install --no-cache-dir -r /tmp/requirements.txt -r /tmp/build.txt
+
+# --- wheel: the project's wheel, built with the builder's tools (nothing downloaded) ---
+FROM builder AS wheel
+# The wheel's metadata reads README.md.
+COPY README.md ./
 COPY core ./core
 COPY app ./app
 COPY agents ./agents
@@ -34,8 +43,7 @@ COPY tables ./tables
 COPY api ./api
 COPY jobs ./jobs
 COPY ops ./ops
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
-    && pip install --no-cache-dir --no-deps /wheels/*.whl
+RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
 
 # --- spark-kafka: Spark's Kafka source for the pyspark that pyproject.toml pins ---
 FROM python-base AS spark-kafka
@@ -48,16 +56,21 @@ WORKDIR /src
 COPY pyproject.toml ./
 COPY ops/docker/requirements.py ops/docker/requirements.py
 COPY ops/docker/spark-kafka/pom.xml ops/docker/spark-kafka/pom.xml
+# Options of Maven's JVM: a trust store for Maven Central behind a proxy, for instance
+# (ops/docker/cluster.sh passes the host's under podman).
+ARG MAVEN_OPTS=""
 RUN mvn -q -B -f ops/docker/spark-kafka/pom.xml dependency:copy-dependencies \
       -DincludeScope=runtime -DoutputDirectory=/opt/spark-kafka \
       -Dspark.version="$(python ops/docker/requirements.py --pin pyspark)"
 
 # --- builder-batch: the same virtualenv plus the `batch` extra (pyspark, pyarrow, ...) ---
 FROM builder AS builder-batch
+ARG PIP_INDEX_URL
 RUN python ops/docker/requirements.py batch >/tmp/batch.txt \
     && pip install --no-cache-dir -r /tmp/batch.txt
 # Into pyspark's own jars folder, so that every SparkSession has the Kafka source
 # without network access or configuration; artifacts pyspark ships are left alone.
+COPY ops/docker/spark_jars.py ops/docker/spark_jars.py
 COPY --from=spark-kafka /opt/spark-kafka /tmp/spark-kafka
 RUN python ops/docker/spark_jars.py /tmp/spark-kafka && rm -rf /tmp/spark-kafka
 
@@ -81,12 +94,16 @@ RUN mkdir -p /usr/share/man/man1 \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=builder-batch /opt/venv /opt/venv
+COPY --from=wheel /wheels /wheels
+RUN pip install --no-cache-dir --no-deps --no-index /wheels/*.whl
 USER 10001:10001
 CMD ["python", "-m", "ops.nightly"]
 
 # --- worker (default target): faust worker + FastAPI on the worker's own event loop ---
 FROM runtime AS worker
 COPY --from=builder /opt/venv /opt/venv
+COPY --from=wheel /wheels /wheels
+RUN pip install --no-cache-dir --no-deps --no-index /wheels/*.whl
 # WEB_HOST is the canonical host that peers route to and the address uvicorn binds to;
 # unset, it is the container's hostname (which Docker maps to the container's address).
 ENV WEB_PORT=6066

@@ -10,7 +10,8 @@ KAFKA_BROKERS ?= 1
 export KAFKA_PORT KAFKA_BROKERS
 
 .PHONY: install bytecode run test test-unit test-integration test-batch lint kafka-up kafka-down \
-        kafka-jars spark-jars executor-env nightly bench chaos clean tools kstreams-test screenshots
+        kafka-jars spark-jars executor-env nightly bench chaos clean tools kstreams-test screenshots \
+        compose-test
 
 install: $(STAMP)
 
@@ -56,6 +57,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/hadolint --failure-threshold info Dockerfile ops/docker/kafka/Dockerfile
 
 tools:
 	ops/docker/tools.sh
@@ -74,9 +76,22 @@ test:
 	$(MAKE) --output-sync=target -j2 bytecode spark-jars
 	$(if $(filter kstreams-test,$(CHECKS)),,@echo "mvn not on PATH: the Kafka Streams baseline's tests are skipped")
 	$(MAKE) --output-sync=target -j2 $(CHECKS)
-	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder -m "not alone" \
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder -m "not alone and not compose" \
 	    --durations=20
 	$(VENV)/bin/pytest -m alone --durations=10
+
+# The compose cluster built and run on this machine's container engine (Docker when one
+# answers, else podman, set up by ops/docker/cluster.sh), checked through its published
+# ports by tests/compose, then taken down. Its own ports, so that it can run beside
+# `make run` and the tests: Kafka on COMPOSE_KAFKA_PORT, the workers on COMPOSE_WORKER_PORT
+# and the next two, all on 127.0.0.1.
+COMPOSE_PROJECT ?= streamstate-compose-test
+COMPOSE_KAFKA_PORT ?= 15092
+COMPOSE_WORKER_PORT ?= 15066
+compose-test: install
+	COMPOSE_PROJECT_NAME=$(COMPOSE_PROJECT) KAFKA_HOST_PORT=$(COMPOSE_KAFKA_PORT) \
+	WORKER_1_PORT=$(COMPOSE_WORKER_PORT) WORKER_2_PORT=$$(($(COMPOSE_WORKER_PORT) + 1)) \
+	WORKER_3_PORT=$$(($(COMPOSE_WORKER_PORT) + 2)) ops/docker/cluster.sh test
 
 # The Kafka Streams baseline of the benchmarks (bench/baselines/kstreams/): its topologies'
 # TopologyTestDriver tests, against kafka-streams of the broker's version.

