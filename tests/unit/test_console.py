@@ -327,7 +327,9 @@ def test_the_page_preloads_every_module_it_loads_at_start() -> None:
     page = (folder / "index.html").read_text()
     preloaded = set(re.findall(r'<link rel="modulepreload" href="assets/([^"]+)">', page))
     scripts = {str(p.relative_to(folder)) for p in (folder / "js").rglob("*.js")}
-    assert scripts - {"js/app.js"} <= preloaded  # app.js is the page's script itself
+    # app.js is the page's module itself; early.js a classic script that runs first
+    assert scripts - {"js/app.js", "js/early.js"} <= preloaded
+    assert '<script async src="assets/js/early.js"></script>' in page
     for path in preloaded:
         assert (folder / path).is_file(), path
 
