@@ -311,8 +311,13 @@ def test_the_console_page_allows_its_import_map_and_nothing_from_another_host() 
     assert page.status_code == 200
     policy = page.headers["content-security-policy"]
     [import_map] = re.findall(r'<script type="importmap">(.*?)</script>', page.text, re.DOTALL)
-    digest = base64.b64encode(hashlib.sha256(import_map.encode()).digest()).decode()
-    assert f"script-src 'self' 'sha256-{digest}'" in policy
+    [early] = re.findall(r"<script>(.*?)</script>", page.text, re.DOTALL)
+    [sources] = re.findall(r"script-src ([^;]*)", policy)
+    digests = {
+        f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'"
+        for s in (import_map, early)
+    }
+    assert set(sources.split()) == {"'self'", *digests}
     assert "connect-src 'self'" in policy
     assert "default-src 'none'" in policy
     for path in orjson.loads(import_map)["imports"].values():
@@ -327,9 +332,7 @@ def test_the_page_preloads_every_module_it_loads_at_start() -> None:
     page = (folder / "index.html").read_text()
     preloaded = set(re.findall(r'<link rel="modulepreload" href="assets/([^"]+)">', page))
     scripts = {str(p.relative_to(folder)) for p in (folder / "js").rglob("*.js")}
-    # app.js is the page's module itself; early.js a classic script that runs first
-    assert scripts - {"js/app.js", "js/early.js"} <= preloaded
-    assert '<script async src="assets/js/early.js"></script>' in page
+    assert scripts - {"js/app.js"} <= preloaded  # app.js is the page's script itself
     for path in preloaded:
         assert (folder / path).is_file(), path
 
