@@ -488,24 +488,16 @@ BACKLOG_SLICE_S = 0.05
 
 
 class ChangelogBacklog:
-    """Changelog records fetched but not yet applied.
+    """Changelog records fetched but not yet handed to faust's recovery.
 
-    faust applies restored records one at a time from a bounded queue; handed on in the
-    fetch loop, a long restore would hold back the source partitions until it is done.
-    So they are handed on only while the queue has room and faust's flow is active, for
-    at most :data:`BACKLOG_SLICE_S` a round, in their order; meanwhile the loop fetches
-    the source partitions alone, and the changelog partitions wait in the consumer's
+    faust applies standby and restored records one at a time from a bounded queue; handed
+    on in the fetch loop, a standby catching up (a new member's copies, hundreds of
+    thousands of records) would hold back the source partitions until it is done. So
+    they are handed on only while the queue has room and faust's flow is active, for at
+    most :data:`BACKLOG_SLICE_S` a round, in their order; meanwhile the loop fetches the
+    source partitions alone, and the changelog partitions wait in the consumer's
     fetcher (one fetch each), so nothing grows without bound.
-
-    The records of a standby partition do not take faust's one-at-a-time path (a few
-    thousand records a second): each run of them is written to the partition's database
-    as one write batch with the partition's persisted offset, as the bulk restore writes
-    (:func:`write_run`), skipping what faust's queue would skip (:func:`tracked_only`)
-    and what the database already holds.
     """
-
-    #: The most records of one standby partition written as one batch.
-    standby_run = 5_000
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -518,56 +510,17 @@ class ChangelogBacklog:
         self.pending.extend((tp, record, mark) for record in batch)
 
     async def feed(self) -> None:
-        """Hand on what faust's queue can take now, and write the standby runs, within
-        the slice."""
+        """Hand on what faust's queue can take now, within the slice."""
         app, consumer = self.app, self.app.consumer
         queue = app.tables.changelog_queue
-        recovery = app.tables.recovery
         deadline = time.monotonic() + BACKLOG_SLICE_S
-        while self.pending and app.flow_control.is_active():
-            tp = self.pending[0][0]
-            table = _standby_table(recovery, tp)
-            if table is not None:
-                self._write_standby_run(recovery, table, tp)
-            elif queue.full():
-                break
-            else:
-                tp, record, mark = self.pending.popleft()
-                message = consumer._to_message(tp, record)
-                message.fetched_at = mark  # checked when recovery takes it: tracked_only
-                await consumer.callback(message)
+        while self.pending and not queue.full() and app.flow_control.is_active():
+            tp, record, mark = self.pending.popleft()
+            message = consumer._to_message(tp, record)
+            message.fetched_at = mark  # checked when recovery takes it: tracked_only
+            await consumer.callback(message)
             if time.monotonic() > deadline:
                 break
-
-    def _write_standby_run(self, recovery: Any, table: Any, tp: Any) -> None:
-        pending = self.pending
-        current = fetch_mark(self.app.consumer._thread, tp)
-        held = persisted_offset(table, tp)
-        seen = recovery.standby_offsets.get(tp)
-        after = max(-1 if held is None else held, -1 if seen is None else seen)
-        run: list[Any] = []
-        while pending and pending[0][0] == tp and len(run) < self.standby_run:
-            _, record, mark = pending.popleft()
-            if mark is not None and mark != current:
-                recovery.stale_records += 1  # fetched before a seek: read again after it
-            elif record.offset > after:
-                run.append(record)
-        if run:
-            last = run[-1].offset
-            n = write_run(table.data, tp.partition, run, last)
-            recovery.standby_offsets[tp] = last
-            recovery.stats.standby_records += n
-
-
-def _standby_table(recovery: Any, tp: Any) -> Any:
-    """The table of ``tp`` if this worker holds it as a standby copy in RocksDB."""
-    if tp not in recovery.standby_tps or tp in recovery.active_tps:
-        return None
-    table = recovery.tp_to_table.get(tp)
-    store = getattr(table, "data", None)
-    if store is None or not getattr(store, "use_rocksdict", False):
-        return None
-    return table
 
 
 async def _sources_only(consumer: Any, topics: Collection[str]) -> Any:
