@@ -15,7 +15,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from core.topics import POSITION_KEY, dlq_topic
@@ -85,8 +85,9 @@ class Checkpoint:
 
 
 @dataclass
-class Figures:
-    """What the engine has done, read by the metrics at scrape time."""
+class Counts:
+    """Records counted by what became of them: per cycle (:class:`_Work`) and in total
+    (:class:`Figures`, which adds each cycle's that took effect)."""
 
     events: Counter[str] = field(default_factory=Counter)
     #: records through each named step of the pipelines (Batch.counts)
@@ -96,15 +97,28 @@ class Figures:
     #: input records sent to a dead-letter topic because Kafka refused (or would refuse)
     #: their effects, by (source topic, Kafka's error)
     refused_records: Counter[tuple[str, str]] = field(default_factory=Counter)
-    #: attempts at a cycle after a failed one, by cause (refusal: in the same engine
-    #: cycle; backoff: after a pause)
-    retries: Counter[str] = field(default_factory=Counter)
     #: (pipeline, topic): records a pipeline applied of a topic it reads
     read: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: (pipeline, table): keys a pipeline's batches wrote (changelog records)
     written: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: (pipeline, topic): records a pipeline sent, dead letters included
     sent: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def add(self, other: Counts) -> None:
+        for name in _COUNTERS:
+            getattr(self, name).update(getattr(other, name))
+
+
+_COUNTERS = tuple(f.name for f in fields(Counts))
+
+
+@dataclass
+class Figures(Counts):
+    """What the engine has done, read by the metrics at scrape time."""
+
+    #: attempts at a cycle after a failed one, by cause (refusal: in the same engine
+    #: cycle; backoff: after a pause)
+    retries: Counter[str] = field(default_factory=Counter)
     cycles: int = 0
     cycle_seconds: float = 0.0
 
@@ -126,19 +140,11 @@ class Limits:
 
 
 @dataclass
-class _Work:
+class _Work(Counts):
     """What the passes over one cycle's records collect."""
 
     produced: list[Produced] = field(default_factory=list)
     provenance: Provenance = field(default_factory=Provenance)
-    events: Counter[str] = field(default_factory=Counter)
-    dead_letters: Counter[str] = field(default_factory=Counter)
-    failed: Counter[str] = field(default_factory=Counter)
-    refused: Counter[tuple[str, str]] = field(default_factory=Counter)
-    steps: Counter[str] = field(default_factory=Counter)
-    read: Counter[tuple[str, str]] = field(default_factory=Counter)
-    written: Counter[tuple[str, str]] = field(default_factory=Counter)
-    sent: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 @dataclass
@@ -252,7 +258,7 @@ class Task:
         """Kafka holds the cycle: the checkpoint moves on, and the figures count it."""
         self._dirty = False
         self.checkpoint.update(offsets)
-        self._count(cycle.work)
+        self.figures.add(cycle.work)
 
     def end(self, offsets: Mapping[TP, int]) -> None:
         """The cycle took effect: what the next one starts from."""
@@ -495,7 +501,7 @@ class Task:
             work.produced.append(Produced(letter, record.timestamp, pipeline.name, record))
             work.sent[(pipeline.name, letter.topic)] += 1
             work.dead_letters[record.topic] += 1
-            work.failed[pipeline.name] += 1
+            work.failed_records[pipeline.name] += 1
             return False
         return True
 
@@ -607,7 +613,7 @@ class Task:
                 letter = dead_letter_record(culprit, reason[:1000])
                 work.produced.append(Produced(letter, culprit.timestamp, None, culprit))
                 work.dead_letters[culprit.topic] += 1
-                work.refused[(culprit.topic, error_name(reason))] += 1
+                work.refused_records[(culprit.topic, error_name(reason))] += 1
         refusals: list[Refused] = []
         changes: dict[str, dict[bytes, bytes | None]] = {}
         state: list[Output] = []
@@ -658,14 +664,3 @@ class Task:
             return None
         work.provenance.made[id(out)] = produced
         return out
-
-    def _count(self, work: _Work) -> None:
-        figures = self.figures
-        figures.events.update(work.events)
-        figures.dead_letters.update(work.dead_letters)
-        figures.failed_records.update(work.failed)
-        figures.refused_records.update(work.refused)
-        figures.steps.update(work.steps)
-        figures.read.update(work.read)
-        figures.written.update(work.written)
-        figures.sent.update(work.sent)

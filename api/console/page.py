@@ -2,8 +2,8 @@
 
 Everything the page loads ships in ``api/console/assets/`` (the vendored libraries in
 ``vendor/`` with their licences). The page may load nothing from another host: its
-Content Security Policy allows this worker only. The one inline script is the page's
-import map, allowed by its hash.
+Content Security Policy allows this worker only. The page's inline scripts (its import
+map, and the first request of the view it opens with) are allowed by their hashes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 PAGE_URL = "/ui"
 ASSETS_URL = "/ui/assets"
-_IMPORT_MAP = re.compile(r'<script type="importmap">(.*?)</script>', re.DOTALL)
+#: A script written in the page (no ``src``), the import map included.
+_INLINE_SCRIPT = re.compile(r'<script(?: type="importmap")?>(.*?)</script>', re.DOTALL)
 
 
 def assets_directory() -> Path:
@@ -77,9 +78,9 @@ async def _answer(
 
 
 def content_security_policy(page: str) -> str:
-    """This worker only; the page's inline import map by its hash."""
+    """This worker only; the page's inline scripts by their hashes."""
     scripts = ["'self'"]
-    for found in _IMPORT_MAP.finditer(page):
+    for found in _INLINE_SCRIPT.finditer(page):
         digest = hashlib.sha256(found.group(1).encode("utf-8")).digest()
         scripts.append(f"'sha256-{base64.b64encode(digest).decode('ascii')}'")
     return "; ".join(

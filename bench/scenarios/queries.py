@@ -92,8 +92,29 @@ def load(
     return result
 
 
+def standby_catch_up(worker: Worker, timeout: float) -> dict[str, Any]:
+    """Until every standby copy ``worker`` holds has applied its changelog's end (its own
+    report at ``/internal/console/worker``): seconds since the worker's start, and the
+    changelog records its standbys applied."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, report = worker.get("/internal/console/worker")
+        if status == 200 and isinstance(report, dict):
+            lags = [c["changelog_lag"] for c in report["copies"] if c["replica"] == "standby"]
+            if lags and all(lag == 0 for lag in lags):
+                stats = report["restore"]["stats"] or {}
+                return {
+                    "seconds": time.monotonic() - worker.started_at,
+                    "records": int(stats.get("standby_records") or 0),
+                    "copies": len(lags),
+                }
+        time.sleep(0.2)
+    return {"seconds": None, "records": None, "copies": None}
+
+
 def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome, list[str]]:
     """Both workers ready; returns the outcome and the keys ``b`` owns."""
+    caught_up = standby_catch_up(b, sizes.restore_timeout_s)
     step = max(1, sizes.restore_keys // sizes.iq_sample_keys)
     sample = [data.counter_key(n) for n in range(0, sizes.restore_keys, step)]
     owners = wait_two_owners(a, b, sample, timeout=120)
@@ -106,6 +127,8 @@ def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome
         "routed_rps": routed_run["rps"],
         "routed_p99_ms": routed_run["latency_ms"]["p99"],
         "load_generator": local_run["tool"],
+        "standby_catch_up_s": caught_up["seconds"],
+        "standby_records": caught_up["records"],
     }
     notes = [
         f"Two workers, {TABLE} with {sizes.restore_keys:,} keys; {len(local)} local and "
@@ -119,7 +142,15 @@ def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome
         f"{routed_run['failed']}"
         + (f"; replicas seen routed: {routed_run['replicas']}." if routed_run["replicas"] else "."),
     ]
-    details = {"local": local_run, "routed": routed_run}
+    if caught_up["seconds"] is None:
+        notes.append("The second worker's standby copies did not catch up in time.")
+    else:
+        notes.append(
+            f"The second worker's {caught_up['copies']} standby copies applied "
+            f"{caught_up['records']:,} changelog records and reached the changelog's end "
+            f"{caught_up['seconds']:.1f} s after its start (its own report)."
+        )
+    details = {"local": local_run, "routed": routed_run, "standby_catch_up": caught_up}
     return Outcome(figures, notes, details), routed
 
 

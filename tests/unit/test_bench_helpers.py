@@ -62,6 +62,8 @@ def test_summary_has_exactly_the_schema_keys() -> None:
         "routed_rps": None,
         "routed_p99_ms": None,
         "load_generator": None,
+        "standby_catch_up_s": None,
+        "standby_records": None,
     }
     assert list(summary) == ["machine", *report.SCHEMA]
 

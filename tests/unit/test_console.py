@@ -311,8 +311,13 @@ def test_the_console_page_allows_its_import_map_and_nothing_from_another_host() 
     assert page.status_code == 200
     policy = page.headers["content-security-policy"]
     [import_map] = re.findall(r'<script type="importmap">(.*?)</script>', page.text, re.DOTALL)
-    digest = base64.b64encode(hashlib.sha256(import_map.encode()).digest()).decode()
-    assert f"script-src 'self' 'sha256-{digest}'" in policy
+    [early] = re.findall(r"<script>(.*?)</script>", page.text, re.DOTALL)
+    [sources] = re.findall(r"script-src ([^;]*)", policy)
+    digests = {
+        f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'"
+        for s in (import_map, early)
+    }
+    assert set(sources.split()) == {"'self'", *digests}
     assert "connect-src 'self'" in policy
     assert "default-src 'none'" in policy
     for path in orjson.loads(import_map)["imports"].values():
