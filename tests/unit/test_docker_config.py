@@ -8,6 +8,7 @@ worker's default command are run here against a local HTTP server and a stub `fa
 
 from __future__ import annotations
 
+import fnmatch
 import http.server
 import json
 import os
@@ -621,38 +622,36 @@ def test_dockerfile_is_multi_stage_on_slim_python_311(
     global_args, by_name, ordered = dockerfile
     assert global_args["PYTHON_IMAGE"] == "python:3.11-slim-bookworm"
     assert ordered[0].base == "${PYTHON_IMAGE}"
-    assert {"builder", "batch", "worker"} <= set(by_name)
+    assert {"dependencies", "project", "batch", "worker"} <= set(by_name)
     # The last stage is what a plain `docker build .` produces.
     assert ordered[-1].name == "worker"
     for name in ("worker", "batch"):
         chain = lineage(by_name, name)
         assert chain[0].base == "${PYTHON_IMAGE}"
-        assert "builder" not in {stage.name for stage in chain}, "build tools in the image"
-        assert any("/opt/venv" in arg and "--from=builder" in arg for arg in chain[-1].args("COPY"))
+        # Built on the dependencies' virtualenv, never on the stage holding the sources.
+        assert "dependencies" in {stage.name for stage in chain}
+        assert "project" not in {stage.name for stage in chain}, "the sources in the image"
 
 
 def test_the_project_is_built_as_a_wheel_with_every_package(
     dockerfile: tuple[dict[str, str], dict[str, Stage], list[Stage]],
 ) -> None:
     _, by_name, _ = dockerfile
-    assert "python -m venv /opt/venv" in " ".join(by_name["builder"].args("RUN"))
-    assert "requirements.py --build-system" in " ".join(by_name["builder"].args("RUN"))
-    wheel = by_name["wheel"]
-    assert wheel.base == "builder"
-    runs = " ".join(wheel.args("RUN"))
-    # The build tools come from the builder's layer: a rebuild downloads nothing.
-    assert "pip wheel" in runs
-    assert "--no-build-isolation" in runs
-    with (ROOT / "pyproject.toml").open("rb") as handle:
-        includes = tomllib.load(handle)["tool"]["setuptools"]["packages"]["find"]["include"]
-    copied = {arg.split()[0] for arg in wheel.args("COPY")}
-    for pattern in includes:
-        assert pattern.rstrip("*") in copied, f"the image lacks the {pattern} packages"
+    assert "python -m venv /opt/venv" in " ".join(by_name["dependencies"].args("RUN"))
+    assert "requirements.py --build-system" in " ".join(by_name["dependencies"].args("RUN"))
+    project = by_name["project"]
+    assert project.base == "dependencies"
+    (run,) = project.args("RUN")
+    # The build tools and the dependencies are in the virtualenv already: a rebuild
+    # resolves and downloads nothing.
+    assert run.startswith("pip install ")
+    for option in ("--no-deps", "--no-index", "--no-build-isolation", "--root /project"):
+        assert option in run, option
+    # The whole build context, which .dockerignore narrows to the packages (checked below).
+    assert project.args("COPY") == [". /src/"]
     for target in ("worker", "batch"):
-        assert "--from=wheel /wheels /wheels" in by_name[target].args("COPY")
-        installs = " ".join(by_name[target].args("RUN"))
-        assert "pip install" in installs
-        assert "--no-deps --no-index /wheels/*.whl" in installs
+        assert "--from=project /project/opt/venv /opt/venv" in by_name[target].args("COPY")
+        assert "pip install --no-cache-dir --no-deps" not in " ".join(by_name[target].args("RUN"))
 
 
 def copied_in(chain: list[Stage], path: str) -> bool:
@@ -662,20 +661,20 @@ def copied_in(chain: list[Stage], path: str) -> bool:
             if arg.startswith("--from="):
                 continue
             source = arg.split()[0]
-            if path == source or path.startswith(source.rstrip("/") + "/"):
+            if source == "." or path == source or path.startswith(source.rstrip("/") + "/"):
                 return True
     return False
 
 
-@pytest.mark.parametrize("target", ["worker", "batch", "wheel", "builder-batch", "spark-kafka"])
+@pytest.mark.parametrize("target", ["worker", "batch", "project", "dependencies", "spark-kafka"])
 def test_every_script_a_stage_runs_was_copied_into_it(
     dockerfile: tuple[dict[str, str], dict[str, Stage], list[Stage]], target: str
 ) -> None:
     _, by_name, _ = dockerfile
     chain = lineage(by_name, target)
     runs = " ".join(run for stage in chain for run in stage.args("RUN"))
-    scripts = set(re.findall(r"python (ops/[\w/]+\.py)", runs))
-    assert scripts or target in {"worker", "batch"}
+    scripts = set(re.findall(r"python (?:/src/)?(ops/[\w/]+\.py)", runs))
+    assert scripts
     for script in scripts:
         assert copied_in(chain, script), f"{target} runs {script} but no COPY brings it"
 
@@ -684,8 +683,11 @@ def test_a_change_to_the_code_leaves_the_dependency_layers_alone(
     dockerfile: tuple[dict[str, str], dict[str, Stage], list[Stage]],
 ) -> None:
     _, by_name, _ = dockerfile
-    dependency_stages = [by_name[name] for name in ("builder", "builder-batch", "spark-kafka")]
-    for stage in dependency_stages:
+    # Every stage but `project` copies from the context only what the dependencies are
+    # made from, and from other stages only what is not the project's code.
+    for stage in by_name.values():
+        if stage.name == "project":
+            continue
         for arg in stage.args("COPY"):
             source = arg.split()[-2] if not arg.startswith("--from=") else ""
             assert source in {"", "pyproject.toml", "ops/docker/requirements.py"} | {
@@ -693,10 +695,12 @@ def test_a_change_to_the_code_leaves_the_dependency_layers_alone(
             } or (source.startswith("ops/docker/spark-kafka/")), (
                 f"{stage.name} copies {arg}: a change to it would rebuild the dependencies"
             )
+    # The project's code is each image's last layer: nothing after it reruns on a change.
     for target in ("worker", "batch"):
+        last = by_name[target].instructions[-1]
+        assert last == ("COPY", "--from=project /project/opt/venv /opt/venv"), target
         copies = by_name[target].args("COPY")
-        venv = next(i for i, arg in enumerate(copies) if "/opt/venv /opt/venv" in arg)
-        assert copies.index("--from=wheel /wheels /wheels") > venv, target
+        assert [arg for arg in copies if "--from=project" in arg] == [copies[-1]], target
 
 
 @pytest.mark.parametrize("target", ["worker", "batch"])
@@ -742,8 +746,7 @@ def test_batch_image_has_java_17_and_the_batch_extra(
     chain = lineage(by_name, "batch")
     runs = " ".join(run for stage in chain for run in stage.args("RUN"))
     assert "openjdk-17-jre-headless" in runs
-    assert any("--from=builder-batch" in arg for arg in by_name["batch"].args("COPY"))
-    assert "requirements.py batch" in " ".join(by_name["builder-batch"].args("RUN"))
+    assert "requirements.py batch" in " ".join(by_name["batch"].args("RUN"))
     assert exec_form(by_name["batch"].args("CMD")[0]) == ["python", "-m", "ops.nightly"]
     worker_runs = " ".join(r for stage in lineage(by_name, "worker") for r in stage.args("RUN"))
     assert "openjdk" not in worker_runs
@@ -757,7 +760,7 @@ def test_batch_image_puts_the_spark_kafka_connector_of_the_pinned_pyspark_on_the
     assert "-f ops/docker/spark-kafka/pom.xml dependency:copy-dependencies" in resolve
     assert '-Dspark.version="$(python ops/docker/requirements.py --pin pyspark)"' in resolve
     assert "-DoutputDirectory=/opt/spark-kafka" in resolve
-    batch_build = by_name["builder-batch"]
+    batch_build = by_name["batch"]
     assert "--from=spark-kafka /opt/spark-kafka /tmp/spark-kafka" in batch_build.args("COPY")
     assert any("spark_jars.py /tmp/spark-kafka" in run for run in batch_build.args("RUN"))
     # The job needs no code of its own on the JVM: no JDK in the batch image.
@@ -828,14 +831,38 @@ def test_dockerfile_passes_hadolint(path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_dockerignore_keeps_local_state_out_of_the_build_context() -> None:
-    entries = {
+def context_entries() -> set[str]:
+    """The repository's top-level entries that .dockerignore leaves in the build context.
+
+    A name is in the context when the last top-level pattern matching it (in Docker's
+    order: later lines win) does not exclude it.
+    """
+    patterns = [
         line.strip()
         for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
-        if line.strip() and not line.startswith("#")
-    }
-    required = {".git", ".venv", ".cache", ".kafka", ".data", ".pytest_cache"}
-    assert required <= entries
+        if line.strip() and not line.startswith("#") and "/" not in line.strip().lstrip("!")
+    ]
+    kept = set()
+    for entry in ROOT.iterdir():
+        included = True
+        for pattern in patterns:
+            negated = pattern.startswith("!")
+            if fnmatch.fnmatchcase(entry.name, pattern.lstrip("!")):
+                included = negated
+        if included:
+            kept.add(entry.name)
+    return kept
+
+
+def test_dockerignore_leaves_only_the_packages_and_their_metadata_in_the_build_context() -> None:
+    # The `project` stage copies the whole context: local state, tests and documents
+    # would make every change to them rebuild the images' last layer.
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        includes = tomllib.load(handle)["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {pattern.rstrip("*") for pattern in includes}
+    assert context_entries() == {"pyproject.toml", "README.md"} | packages
+    lines = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+    assert {"**/__pycache__", "**/*.pyc"} <= {line.strip() for line in lines}
 
 
 def test_dependency_layer_lists_what_pyproject_requires() -> None:
