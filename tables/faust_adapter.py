@@ -62,6 +62,8 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
+from faust import stores as faust_stores
+from faust.stores.rocksdb import Store as RocksStore
 from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import Fetcher
@@ -761,9 +763,27 @@ async def on_partitions_assigned(engine: Engine, assigned: Iterable[Any]) -> Non
 # -- tables ---------------------------------------------------------------------------
 
 
+class EngineStore(RocksStore):
+    """faust's RocksDB store without a full garbage collection at a rebalance that
+    closes none of its databases.
+
+    faust collects garbage after every revocation, so that a database it drops is
+    destroyed and its lock released before the partition is opened again. It does so
+    for each table at every rebalance, also when nothing is revoked. A restarted worker
+    rebalances while it still imports its HTTP API in a thread (objects the collector
+    has not frozen yet): in a profile of such a restart (py-spy, GIL held, one worker
+    under load, four rebalances) these collections took 10% of the samples.
+    """
+
+    def revoke_partitions(self, table: Any, tps: set[Any]) -> None:
+        topics = table.changelog_topic.topics
+        if any(tp.topic in topics and tp.partition in self._dbs for tp in tps):
+            super().revoke_partitions(table, tps)
+
+
 class EngineTable(faust.Table[Any, Any]):
     """faust's Table whose recovery and standbys never write a changelog record that
-    the partition's database already holds.
+    the partition's database already holds, kept in an :class:`EngineStore`.
 
     faust buffers the changelog records it restores or copies to a standby, and writes
     a buffer later: when it is full, on a timer, at a rebalance. Meanwhile the
@@ -773,6 +793,23 @@ class EngineTable(faust.Table[Any, Any]):
     replaced or deleted, and take its persisted offset back. So a record at or below
     the offset the database holds is not written again.
     """
+
+    def _new_store_by_url(self, url: Any) -> Any:
+        factory = faust_stores.by_url(url)
+        if factory is RocksStore:
+            factory = EngineStore
+        return factory(
+            url,
+            self.app,
+            self,
+            table_name=self.name,
+            key_type=self.key_type,
+            key_serializer=self.key_serializer,
+            value_serializer=self.value_serializer,
+            value_type=self.value_type,
+            loop=self.loop,
+            options=self.options,
+        )
 
     def apply_changelog_batch(self, batch: Iterable[Any]) -> None:
         fresh = newer_than_stored(self.data, batch)

@@ -102,6 +102,8 @@ def _parameters(function: Any) -> list[str]:
         (RocksStore, "_db_for_partition", ["self", "partition"]),
         (RocksStore, "persisted_offset", ["self", "tp"]),
         (RocksStore, "offset_key", None),
+        (RocksStore, "revoke_partitions", ["self", "table", "tps"]),
+        (faust.Table, "_new_store_by_url", ["self", "url"]),
         (Recovery, "_build_offsets", ["self", "consumer", "tps", "destination", "title"]),
         (Recovery, "_build_highwaters", ["self", "consumer", "tps", "destination", "title"]),
         (Recovery, "_set_recovery_started", ["self"]),
