@@ -38,6 +38,7 @@ from tables.pipeline import Batch, TableView, record_keys_and_times
 from tables.windows import (
     AnyWindow,
     Session,
+    Tumbling,
     WindowIndex,
     key_prefix,
     parse_window_range,
@@ -500,10 +501,17 @@ class Runner:
             assert rows.times is not None
             windowed_keys: list[tuple[str, int]] = []
             windowed_values: list[Any] = []
-            for k, t, v in zip(new_keys, rows.times, rows.values, strict=True):
-                for start in window.starts(t):
-                    windowed_keys.append((k, start))
-                    windowed_values.append(v)
+            if isinstance(window, Tumbling):  # one window per record
+                size = window.size_ms
+                windowed_keys = [
+                    (k, t - t % size) for k, t in zip(new_keys, rows.times, strict=True)
+                ]
+                windowed_values = rows.values
+            else:
+                for k, t, v in zip(new_keys, rows.times, rows.values, strict=True):
+                    for start in window.starts(t):
+                        windowed_keys.append((k, start))
+                        windowed_values.append(v)
             combined = _combine(aggregation, windowed_keys, windowed_values)
             items = [[k, start, a] for (k, start), a in combined.items()]
         for item in items:
