@@ -34,10 +34,11 @@ from core.values import InvalidEvent, ValueType, check_key
 from streams.compile import Plan, Root, Sink, join_tables, state_table
 from streams.topology import Aggregation, Node
 from tables.join import LEFT, RIGHT, PartitionJoin
-from tables.pipeline import Batch, TableView
+from tables.pipeline import Batch, TableView, record_keys_and_times
 from tables.windows import (
     AnyWindow,
     Session,
+    Tumbling,
     WindowIndex,
     key_prefix,
     parse_window_range,
@@ -500,10 +501,17 @@ class Runner:
             assert rows.times is not None
             windowed_keys: list[tuple[str, int]] = []
             windowed_values: list[Any] = []
-            for k, t, v in zip(new_keys, rows.times, rows.values, strict=True):
-                for start in window.starts(t):
-                    windowed_keys.append((k, start))
-                    windowed_values.append(v)
+            if isinstance(window, Tumbling):  # one window per record
+                size = window.size_ms
+                windowed_keys = [
+                    (k, t - t % size) for k, t in zip(new_keys, rows.times, strict=True)
+                ]
+                windowed_values = rows.values
+            else:
+                for k, t, v in zip(new_keys, rows.times, rows.values, strict=True):
+                    for start in window.starts(t):
+                        windowed_keys.append((k, start))
+                        windowed_values.append(v)
             combined = _combine(aggregation, windowed_keys, windowed_values)
             items = [[k, start, a] for (k, start), a in combined.items()]
         for item in items:
@@ -740,7 +748,7 @@ def _checked(
 ) -> tuple[Rows, list[tuple[int, str]]]:
     """A topic's valid records as rows with every column, and (index, reason) of each
     refused record: its value's type refused it, or its key is not the declared field."""
-    records = batch.of(topic)
+    record_keys, stamps = record_keys_and_times(batch.of(topic))
     key_field: str | None = params["key"]
     ts_field: str | None = params["timestamp"]
     key_of = None if key_field is None else _getter(parsed, key_field)
@@ -750,29 +758,29 @@ def _checked(
     times: list[int] = []
     index: list[int] = []
     refused: list[tuple[int, str]] = []
-    for i, (record, value) in enumerate(zip(records, parsed, strict=True)):
+    for i, (key, stamp, value) in enumerate(zip(record_keys, stamps, parsed, strict=True)):
         if isinstance(value, InvalidEvent):
             refused.append((i, value.reason))
             continue
         if value is None:  # a deletion
             values.append(None)
-            keys.append(record.key)
+            keys.append(key)
             index.append(i)
-            times.append(record.timestamp)
+            times.append(stamp)
             continue
         if key_of is not None:
             assert key_field is not None
             expected = key_of(value)
-            if record.key is None or record.key != str(expected).encode("utf-8"):
+            if key is None or key != str(expected).encode("utf-8"):
                 try:
-                    check_key(record.key, str(expected), key_field)
+                    check_key(key, str(expected), key_field)
                 except InvalidEvent as error:
                     refused.append((i, error.reason))
                     continue
         values.append(value)
-        keys.append(record.key)
+        keys.append(key)
         index.append(i)
-        times.append(record.timestamp if time_of is None else int(time_of(value)))
+        times.append(stamp if time_of is None else int(time_of(value)))
     return Rows(values, keys, times, index, topic), refused
 
 

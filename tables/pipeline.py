@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol, TypeVar
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar, overload
 
 import orjson
 from sortedcontainers import SortedDict
@@ -67,6 +67,83 @@ class Record:
     value: bytes | None
     timestamp: int = 0
     headers: tuple[tuple[str, bytes], ...] = ()
+
+
+class RecordColumns(Sequence[SourceRecord]):
+    """Records of one topic partition held as columns (a batch read as Arrow, say): a
+    record is built only when one is asked for, and what works a column at a time (the
+    parsing, the key and event-time checks) reads ``keys``, ``values`` and
+    ``timestamps`` whole. ``make`` builds a record from topic, partition, offset, key,
+    value and timestamp."""
+
+    __slots__ = ("keys", "make", "offsets", "partition", "timestamps", "topic", "values")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offsets: Sequence[int],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        make: Callable[[str, int, int, bytes | None, bytes | None, int], SourceRecord],
+    ) -> None:
+        if not len(offsets) == len(keys) == len(values) == len(timestamps):
+            raise ValueError("record columns of different lengths")
+        self.topic = topic
+        self.partition = partition
+        self.offsets = offsets
+        self.keys = keys
+        self.values = values
+        self.timestamps = timestamps
+        self.make = make
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @overload
+    def __getitem__(self, index: int) -> SourceRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[SourceRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> SourceRecord | list[SourceRecord]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self.make(
+            self.topic,
+            self.partition,
+            self.offsets[index],
+            self.keys[index],
+            self.values[index],
+            self.timestamps[index],
+        )
+
+    def __iter__(self) -> Iterator[SourceRecord]:
+        return map(
+            self.make,
+            itertools.repeat(self.topic),
+            itertools.repeat(self.partition),
+            self.offsets,
+            self.keys,
+            self.values,
+            self.timestamps,
+        )
+
+
+def record_values(records: Sequence[SourceRecord]) -> Sequence[bytes | None]:
+    """The values of ``records``, in order."""
+    if isinstance(records, RecordColumns):
+        return records.values
+    return [record.value for record in records]
+
+
+def record_keys_and_times(
+    records: Sequence[SourceRecord],
+) -> tuple[Sequence[bytes | None], Sequence[int]]:
+    """The keys and the timestamps of ``records``, in order."""
+    if isinstance(records, RecordColumns):
+        return records.keys, records.timestamps
+    return [record.key for record in records], [record.timestamp for record in records]
 
 
 class Output(NamedTuple):
@@ -432,12 +509,12 @@ class Batch:
             return found
         many = getattr(parse, "many", None)
         if many is not None:  # one call for the batch (see core.values.ValueType)
-            found = many([record.value for record in records], limit)
+            found = many(list(record_values(records)), limit)
         else:
             found = []
-            for record in records:
+            for raw in record_values(records):
                 try:
-                    found.append(parse(record.value, limit))
+                    found.append(parse(raw, limit))
                 except refused as error:
                     found.append(error)
         self.parses[key] = (records, found)

@@ -16,7 +16,7 @@ from streams.compile import compile_all
 from streams.loading import collect
 from streams.testing import TestDriver
 from tables.engine import TP
-from tables.pipeline import Context
+from tables.pipeline import Context, RecordColumns
 from tests.support.pipelines import VIEWS
 from tests.support.recompute import (
     arrow,
@@ -183,3 +183,53 @@ def test_the_output_rows_name_each_window() -> None:
     ts = NOW + 61_000
     assert tables["views_per_user"] == {("u1", ts - ts % 300_000): 1}
     assert isinstance(output, pa.Table)
+
+
+def test_records_held_as_columns_read_as_the_records_they_hold() -> None:
+    columns = RecordColumns(
+        "t", 2, [5, 6, 7], [b"a", None, b"c"], [b"1", b"2", None], [10, 11, 12], Rec
+    )
+    assert len(columns) == 3
+    assert columns[1] == Rec("t", 2, 6, None, b"2", 11)
+    assert columns[-1] == Rec("t", 2, 7, b"c", None, 12)
+    assert columns[1:] == [Rec("t", 2, 6, None, b"2", 11), Rec("t", 2, 7, b"c", None, 12)]
+    assert list(columns) == [columns[0], columns[1], columns[2]]
+    with pytest.raises(IndexError):
+        columns[3]
+    with pytest.raises(ValueError, match="different lengths"):
+        RecordColumns("t", 0, [1, 2], [None], [None, None], [0, 0], Rec)
+
+
+def test_a_cycle_of_records_held_as_columns_refuses_and_keeps_what_a_list_does() -> None:
+    """Invalid values, keys that are not the declared field and deletions are told
+    apart a column at a time as they are record by record."""
+    declared = declare(job_spec(TestDriver(*DEMO_MODULES, partitions=1), DEMO_MODULES))
+    sale = (
+        b'{"event_id":"e%d","store_id":"s1","sku":"k1","kind":"sale","quantity":2,'
+        b'"unit_price":1.5,"ts":%d}'
+    )
+    values = [sale % (n, NOW + n) for n in range(6)]
+    values[1] = b"not json"
+    values[4] = b'{"event_id":"e4","store_id":"s1","kind":"sale"}'
+    keys: list[bytes | None] = [b"s1"] * 6
+    keys[2] = b"s2"  # not the event's store_id
+    keys[3] = None
+    topic = "item-events"
+    stamps = [NOW] * 6
+    replays = []
+    for records in (
+        [Rec(topic, 0, n, keys[n], values[n], stamps[n]) for n in range(6)],
+        RecordColumns(topic, 0, list(range(6)), keys, values, stamps, Rec),
+    ):
+        replay = new_replay(declared, 0, 0, topic, frozenset({"payments"}))
+        replay.cycle({topic: records})
+        replay.finish()
+        replays.append(replay)
+    listed, held = replays
+    assert listed.figures == held.figures
+    assert listed.figures.dead_letters[topic] == 4
+    assert list(listed.table_rows(["inventory"])) == list(held.table_rows(["inventory"]))
+    assert [(o.topic, o.key, o.value) for o in listed.outputs] == [
+        (o.topic, o.key, o.value) for o in held.outputs
+    ]
+    assert len(held.outputs) > 0
