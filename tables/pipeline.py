@@ -509,7 +509,7 @@ class Batch:
             return found
         many = getattr(parse, "many", None)
         if many is not None:  # one call for the batch (see core.values.ValueType)
-            found = many(list(record_values(records)), limit)
+            found = many(record_values(records), limit)
         else:
             found = []
             for raw in record_values(records):
