@@ -176,6 +176,43 @@ def decode(raw: bytes) -> Any:
     return orjson.loads(raw)
 
 
+#: Values a JSON document holds that need no copy.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+class _NotPlain(Exception):
+    """A value holds something other than dicts, lists and JSON scalars."""
+
+
+def _plain_copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict or kind is list:
+        copied = value.copy()
+        # Mostly scalars (a store's skus and their stock): one pass in C tells.
+        inner = copied.values() if kind is dict else copied
+        if not set(map(type, inner)) <= _SCALARS:
+            places = copied.keys() if kind is dict else range(len(copied))
+            for place in places:
+                item = copied[place]
+                if type(item) not in _SCALARS:
+                    copied[place] = _plain_copy(item)
+        return copied
+    if kind in _SCALARS:
+        return value
+    raise _NotPlain
+
+
+def fresh_copy(value: Any) -> Any:
+    """A copy of a table value that shares nothing mutable with it. A tree of dicts,
+    lists and JSON scalars is copied as it is (one ``dict.copy`` per dict: a value of
+    thousands of entries costs a fraction of encoding it); anything else goes through its
+    encoding (:func:`encode`, :func:`decode`)."""
+    try:
+        return _plain_copy(value)
+    except _NotPlain:
+        return decode(encode(value))
+
+
 T = TypeVar("T")
 
 
@@ -185,6 +222,8 @@ class _Deleted:
 
 
 DELETED: Any = _Deleted()
+_UNREAD: Any = object()
+_READ_ONCE: Any = object()
 
 
 class TableView:
@@ -205,6 +244,8 @@ class TableView:
         self.ordered = ordered
         self.parent = parent
         self._pending: dict[bytes, Any] = SortedDict() if ordered else {}
+        #: keys this (top-level) view read from the store with get_fresh (see there)
+        self._stored: dict[bytes, Any] = {}
 
     def child(self) -> TableView:
         return TableView(self.name, self.store, ordered=self.ordered, parent=self)
@@ -233,9 +274,26 @@ class TableView:
         copied (a value read from the store is decoded afresh anyway)."""
         pending = self._lookup(key)
         if pending is not None:
-            return None if pending is DELETED else decode(encode(pending))
-        raw = self.store.get(key)
-        return None if raw is None else decode(raw)
+            return None if pending is DELETED else fresh_copy(pending)
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        return root._stored_fresh(key)
+
+    def _stored_fresh(self, key: bytes) -> Any | None:
+        """The store's value of ``key``, decoded for the caller alone. The first read of
+        a key in a view decodes it; a key read again (its batch applied again, smaller,
+        after a refusal) is decoded once more and kept, and each later read gets a copy,
+        which costs far less than decoding a large value again."""
+        kept = self._stored.get(key, _UNREAD)
+        if kept is _UNREAD:
+            self._stored[key] = _READ_ONCE
+            raw = self.store.get(key)
+            return None if raw is None else decode(raw)
+        if kept is _READ_ONCE:
+            raw = self.store.get(key)
+            kept = self._stored[key] = None if raw is None else decode(raw)
+        return None if kept is None else fresh_copy(kept)
 
     def put(self, key: bytes, value: Any) -> None:
         if value is None:

@@ -10,9 +10,10 @@ tried again after a backoff, without stopping the other partitions.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -21,7 +22,15 @@ import pytest
 from core.topics import dlq_topic
 from tables.engine import BACKOFF_CAP_S, ISOLATE_AFTER, TP, Engine
 from tables.limits import TopicLimits
-from tables.pipeline import ERROR_HEADER, Batch, Output, Pipeline, TableSpec
+from tables.pipeline import (
+    ERROR_HEADER,
+    Batch,
+    Output,
+    Pipeline,
+    TableSpec,
+    TableView,
+    fresh_copy,
+)
 from tables.refusals import SendPlan
 from tests.support.clock import Clock
 from tests.unit.test_engine import (
@@ -455,3 +464,50 @@ def test_one_refused_record_among_many_is_found_in_few_batches(exactly_once: boo
     assert len(outputs(log)) == 999
     assert sum(calls.values()) < 60  # the first pass, then batches of up to 64
     assert calls[1] < 20
+
+
+class CountingStore:
+    """A table partition in a dict that counts its reads."""
+
+    def __init__(self, values: dict[bytes, bytes]) -> None:
+        self.values = values
+        self.reads = 0
+
+    def get(self, key: bytes) -> bytes | None:
+        self.reads += 1
+        return self.values.get(key)
+
+    def items(self, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return iter(sorted((k, v) for k, v in self.values.items() if k >= start))
+
+
+def test_a_value_read_again_after_a_refusal_is_not_decoded_again_and_shares_nothing() -> None:
+    # A value at its limit refuses each record that would grow it: each is applied alone,
+    # on a view of its own, and reads the value afresh.
+    stored = {"store_id": "s", "on_hand": {f"sku-{n}": n for n in range(100)}, "tags": [[1]]}
+    store = CountingStore({b"s": orjson.dumps(stored), b"other": b"1"})
+    cycle = TableView("inventory", store, ordered=False)
+    seen = []
+    for attempt in range(4):
+        batch = cycle.child()
+        value = batch.get_fresh(b"s")
+        assert value == stored
+        seen.append(value)
+        value["on_hand"][f"new-{attempt}"] = 1  # the record's effect, then refused
+        value["tags"][0].append(attempt)
+    assert store.reads == 2  # the first read, and the second that keeps it decoded
+    assert all(a is not b for a, b in itertools.combinations(seen, 2))
+    assert cycle.child().get_fresh(b"absent") is None
+    assert cycle.child().get_fresh(b"absent") is None
+    assert cycle.child().get_fresh(b"absent") is None
+
+
+def test_a_fresh_copy_of_a_table_value_shares_nothing_mutable_with_it() -> None:
+    value = {"a": {"b": [1, {"c": 2.5}], "d": None}, "e": ["x", True]}
+    copied = fresh_copy(value)
+    assert copied == value
+    copied["a"]["b"][1]["c"] = 0
+    copied["e"].append("y")
+    assert value == {"a": {"b": [1, {"c": 2.5}], "d": None}, "e": ["x", True]}
+    # anything but dicts, lists and JSON scalars is copied through its encoding
+    assert fresh_copy({"pair": (1, 2)}) == {"pair": [1, 2]}
