@@ -327,13 +327,51 @@ def test_the_console_page_allows_its_import_map_and_nothing_from_another_host() 
     assert required.format("true") in TestClient(make_api(token="s3cret")).get("/ui/").text
 
 
-def test_the_page_preloads_every_module_it_loads_at_start() -> None:
+def _static_imports(folder: Path, module: str, import_map: dict[str, str]) -> set[str]:
+    """``module`` (a path under ``folder``) and every module it imports statically, as
+    paths under ``folder``: what the browser must load before the module runs."""
+    found: set[str] = set()
+    waiting = [module]
+    while waiting:
+        current = waiting.pop()
+        if current in found:
+            continue
+        found.add(current)
+        text = (folder / current).read_text()
+        for name in re.findall(r'^import [^;]*?from "([^"]+)";', text, re.MULTILINE | re.DOTALL):
+            if name in import_map:
+                target = import_map[name].removeprefix("./assets/")
+            else:
+                target = (Path(current).parent / name).as_posix()
+                target = str(Path(os.path.normpath(target)))
+            waiting.append(target)
+    return found
+
+
+def test_the_page_preloads_the_modules_of_the_view_it_opens_and_no_other_view() -> None:
     folder = Path(__file__).resolve().parents[2] / "api" / "console" / "assets"
     page = (folder / "index.html").read_text()
-    preloaded = set(re.findall(r'<link rel="modulepreload" href="assets/([^"]+)">', page))
-    scripts = {str(p.relative_to(folder)) for p in (folder / "js").rglob("*.js")}
-    assert scripts - {"js/app.js"} <= preloaded  # app.js is the page's script itself
-    for path in preloaded:
+    [import_map] = re.findall(r'<script type="importmap">(.*?)</script>', page, re.DOTALL)
+    imports = orjson.loads(import_map)["imports"]
+    [shared] = re.findall(r"const SHARED = \[(.*?)\];", page, re.DOTALL)
+    shared_modules = set(re.findall(r'"([^"]+)"', shared))
+    [views] = re.findall(r"const VIEWS = \{.*?\n(.*?)\n  \};", page, re.DOTALL)
+    per_view = {
+        name: set(re.findall(r'"([^"]+\.js)"', rest))
+        for name, rest in re.findall(r'^\s*"?([\w-]+)"?: \[(.*)\],$', views, re.MULTILINE)
+    }
+    app = (folder / "js" / "app.js").read_text()
+    opened = dict(re.findall(r'\["([\w-]+)", "[^"]+", \(\) => import\("\./([^"]+)"\)', app))
+    assert set(per_view) == set(opened) == {"topology", "group", "tables", "dead-letters", "nightly"}
+    app_needs = _static_imports(folder, "js/app.js", imports) - {"js/app.js"}
+    for view, module in opened.items():
+        preloaded = shared_modules | per_view[view]
+        needed = app_needs | _static_imports(folder, f"js/{module}", imports)
+        assert needed <= preloaded, (view, needed - preloaded)
+        others = {f"js/{m}" for v, m in opened.items() if v != view}
+        assert not preloaded & others, (view, preloaded & others)
+    assert "vendor/dagre/dagre.esm.js" in per_view["topology"]  # imported when it draws
+    for path in shared_modules.union(*per_view.values()):
         assert (folder / path).is_file(), path
 
 

@@ -3,20 +3,18 @@ import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 
 import { onUnauthorized, token, tokenRequired } from "./api.js";
-import { Topology } from "./views/topology.js";
-import { Group } from "./views/group.js";
-import { Tables } from "./views/tables.js";
-import { DeadLetters } from "./views/deadletters.js";
-import { Nightly } from "./views/nightly.js";
 import { html } from "./html.js";
 
+// Each view's module loads when the view is first opened (the page preloads the opening
+// one's): a view's first paint does not wait for the others' code.
 const VIEWS = [
-  ["topology", "Topology", Topology],
-  ["group", "Group", Group],
-  ["tables", "Tables", Tables],
-  ["dead-letters", "Dead letters", DeadLetters],
-  ["nightly", "Nightly", Nightly],
+  ["topology", "Topology", () => import("./views/topology.js").then((m) => m.Topology)],
+  ["group", "Group", () => import("./views/group.js").then((m) => m.Group)],
+  ["tables", "Tables", () => import("./views/tables.js").then((m) => m.Tables)],
+  ["dead-letters", "Dead letters", () => import("./views/deadletters.js").then((m) => m.DeadLetters)],
+  ["nightly", "Nightly", () => import("./views/nightly.js").then((m) => m.Nightly)],
 ];
+const loaded = new Map(); // view name -> its component, once its module has loaded
 
 function currentView() {
   const name = location.hash.replace(/^#\/?/, "").split("?")[0];
@@ -60,7 +58,17 @@ function App() {
       setRefused(true);
       setNeedsToken(true);
     }), []);
-  const [, , View] = VIEWS.find(([id]) => id === view);
+  const [, , load] = VIEWS.find(([id]) => id === view);
+  const [, setLoads] = useState(0);
+  const [failed, setFailed] = useState(null);
+  useEffect(() => {
+    if (loaded.has(view)) return;
+    load().then(
+      (component) => { loaded.set(view, component); setLoads((n) => n + 1); },
+      (error) => setFailed(`The ${view} view did not load: ${error.message}`),
+    );
+  }, [view]);
+  const View = loaded.get(view);
   return html`
     <header>
       <h1>streamstate <span>console</span></h1>
@@ -78,10 +86,18 @@ function App() {
     <main id=${`view-${view}`}>
       ${needsToken
         ? html`<${TokenForm} refused=${refused} onDone=${() => { setRefused(false); setNeedsToken(false); }} />`
-        : html`<${View} />`}
+        : View
+          ? html`<${View} />`
+          : html`<p class=${failed ? "error" : "loading"} role=${failed ? "alert" : null}>
+              ${failed ?? "Loading the view…"}</p>`}
     </main>`;
 }
 
-const root = document.getElementById("app");
-root.textContent = ""; // the "Loading" line the page shows until the modules run
-render(html`<${App} />`, root);
+// The page adds this module from its head: it may run before the body is parsed.
+function start() {
+  const root = document.getElementById("app");
+  root.textContent = ""; // the "Loading" line the page shows until the modules run
+  render(html`<${App} />`, root);
+}
+if (document.readyState === "loading") addEventListener("DOMContentLoaded", start, { once: true });
+else start();
