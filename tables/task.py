@@ -607,8 +607,9 @@ class Task:
         now_ms: int,
     ) -> Cycle:
         """The cycle's changelog records and outputs, stamped and checked."""
-        cycle_ids = {record_id(r) for rs in records.values() for r in rs}
-        for rid, (culprit, reason) in self.plan.culprits.items():
+        culprits = self.plan.culprits
+        cycle_ids = {record_id(r) for rs in records.values() for r in rs} if culprits else ()
+        for rid, (culprit, reason) in culprits.items():
             if rid in cycle_ids:
                 letter = dead_letter_record(culprit, reason[:1000])
                 work.produced.append(Produced(letter, culprit.timestamp, None, culprit))
