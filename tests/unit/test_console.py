@@ -327,6 +327,9 @@ def test_the_console_page_allows_its_import_map_and_nothing_from_another_host() 
     assert required.format("true") in TestClient(make_api(token="s3cret")).get("/ui/").text
 
 
+VIEW_NAMES = ("topology", "group", "tables", "dead-letters", "nightly")
+
+
 def _static_imports(folder: Path, module: str, import_map: dict[str, str]) -> set[str]:
     """``module`` (a path under ``folder``) and every module it imports statically, as
     paths under ``folder``: what the browser must load before the module runs."""
@@ -362,7 +365,7 @@ def test_the_page_preloads_the_modules_of_the_view_it_opens_and_no_other_view() 
     }
     app = (folder / "js" / "app.js").read_text()
     opened = dict(re.findall(r'\["([\w-]+)", "[^"]+", \(\) => import\("\./([^"]+)"\)', app))
-    assert set(per_view) == set(opened) == {"topology", "group", "tables", "dead-letters", "nightly"}
+    assert set(per_view) == set(opened) == set(VIEW_NAMES)
     app_needs = _static_imports(folder, "js/app.js", imports) - {"js/app.js"}
     for view, module in opened.items():
         preloaded = shared_modules | per_view[view]
