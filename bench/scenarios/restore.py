@@ -51,7 +51,8 @@ class ReadyPoller(threading.Thread):
                 self.series.append((now, float(self.total)))
                 return
             if isinstance(body, dict) and status == 503:
-                partitions = body.get("progress", {}).get("partitions", {})
+                # "progress" is null until the worker's tables have started
+                partitions = (body.get("progress") or {}).get("partitions") or {}
                 remaining = sum(
                     p.get("remaining") or 0 for k, p in partitions.items() if CHANGELOG in k
                 )
