@@ -150,17 +150,20 @@ def run_project(
 ) -> tuple[Measured, Worker]:
     """One project worker (no standbys) until everything is processed; the worker is
     returned still running, so that its tables can be read, and must be stopped. With
-    ``console``, the worker's console is open in a browser all the while."""
+    ``console``, the worker's console is open in a browser all the while (the browser
+    is launched before the worker starts)."""
     env = {"TABLE_STANDBY_REPLICAS": "0", "PROCESSING_GUARANTEE": guarantee}
-    worker = Worker(kafka.broker_url, directory, env=env).start()
+    worker = Worker(kafka.broker_url, directory, env=env)
     try:
         if console:
             viewer_log = directory.parent / f"{directory.name}-console.log"
             with console_open(worker.url, viewer_log) as viewer:
+                worker.start()
                 progress = watch(kafka, PROJECT_GROUP, topics, total, max_s, worker.alive)
                 if viewer.poll() is not None:
                     raise RuntimeError(f"the console's browser stopped early ({viewer_log})")
         else:
+            worker.start()
             progress = watch(kafka, PROJECT_GROUP, topics, total, max_s, worker.alive)
         status, metrics = worker.get("/metrics")
         cycles = metric_value(metrics, "streamstate_batch_cycles") if status == 200 else None

@@ -171,7 +171,8 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         "with an application id of its own. Between the two project runs, the project ran "
         "under at_least_once once more with its console (/ui) open in Debian's chromium "
         f"(bench/console.py: each view in turn, {console.VIEW_S:g} s each, as an operator "
-        "watching it would).",
+        "watching it would; the browser is launched before the worker starts, so that the "
+        "figure measures the console, not a browser's launch).",
         f"The aiokafka ceiling reads the lines {runs.CEILING_RUNS} times; the median read counts.",
         f"The faust baseline is measured over at most {sizes.faust_baseline_s:.0f} s "
         f"({baseline.done:,.0f} of {lines:,} lines processed): it is far too slow for all.",
