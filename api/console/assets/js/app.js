@@ -62,6 +62,7 @@ function App() {
   const [, setLoads] = useState(0);
   const [failed, setFailed] = useState(null);
   useEffect(() => {
+    setFailed(null); // another view's failure is not this one's
     if (loaded.has(view)) return;
     load().then(
       (component) => { loaded.set(view, component); setLoads((n) => n + 1); },
