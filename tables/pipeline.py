@@ -271,7 +271,8 @@ class TableView:
     def get_fresh(self, key: bytes) -> Any | None:
         """As :meth:`get`, but a value the caller may change in place: a value written
         earlier in the batch belongs to a view that can still be taken back, so it is
-        copied (a value read from the store is decoded afresh anyway)."""
+        copied, and so is a store value this pass has read before (:meth:`_stored_fresh`).
+        A copy is not normalized as an encoding would be: a NaN stays NaN until stored."""
         pending = self._lookup(key)
         if pending is not None:
             return None if pending is DELETED else fresh_copy(pending)
