@@ -141,6 +141,16 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             self.seeks[tp] += 1
         await super()._seek_wait(consumer, partitions)
 
+    async def seek_to_committed(self) -> Mapping[Any, Any]:
+        """faust's seek of every assigned partition to its committed offset, at the end
+        of each recovery, in one request to the coordinator: aiokafka's asks one
+        partition at a time, which for a worker's hundred-odd partitions (sources,
+        changelogs, dead letters) held a restart back about 0.3 s before it was ready."""
+        result: Mapping[Any, Any] = await self.call_thread(
+            seek_all_to_committed, self._ensure_consumer()
+        )
+        return result
+
     async def _fetch_records(
         self,
         consumer: AIOKafkaConsumer,
@@ -177,6 +187,26 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             # the engine runs them, so faust runs at least once.
             read_committed(consumer)
         return consumer
+
+
+async def seek_all_to_committed(consumer: AIOKafkaConsumer) -> dict[Any, int | None]:
+    """What ``AIOKafkaConsumer.seek_to_committed()`` does for all assigned partitions,
+    with their committed offsets read in one request: each partition with a committed
+    offset above 0 is sought to it (one revoked meanwhile is left alone); returns every
+    assigned partition's committed offset, None where there is none."""
+    partitions = consumer.assignment()
+    if not partitions:
+        return {}
+    found = await consumer._coordinator.fetch_committed_offsets(list(partitions))
+    still = consumer.assignment()
+    committed: dict[Any, int | None] = {}
+    for tp in partitions:
+        meta = found.get(tp)
+        offset = None if meta is None or meta.offset == -1 else meta.offset
+        committed[tp] = offset
+        if offset and offset > 0 and tp in still:
+            consumer._fetcher.seek_to(tp, offset)
+    return committed
 
 
 def read_committed(consumer: AIOKafkaConsumer) -> None:

@@ -97,6 +97,9 @@ def _parameters(function: Any) -> list[str]:
             ["self", "consumer", "active_partitions", "timeout", "max_records"],
         ),
         (faust_aiokafka.AIOKafkaConsumerThread, "_seek_wait", ["self", "consumer", "partitions"]),
+        (faust_aiokafka.AIOKafkaConsumerThread, "seek_to_committed", ["self"]),
+        (faust_aiokafka.AIOKafkaConsumerThread, "_ensure_consumer", ["self"]),
+        (Consumer, "perform_seek", ["self"]),
         (faust.App, "FlowControlQueue", ["self", "maxsize", "clear_on_resume"]),
         (faust_aiokafka.Transport, "Consumer", None),
         (RocksStore, "_db_for_partition", ["self", "partition"]),
@@ -209,6 +212,58 @@ def test_read_committed_set_as_the_adapter_sets_it_hides_open_transactions_and_t
     assert position == committed_end == 4
     assert before is None
     assert connected is True
+
+
+def test_the_seek_to_committed_offsets_asks_once_and_seeks_as_aiokafka_does(
+    kafka: LocalKafka,
+) -> None:
+    topic = "contract-seek-committed"
+    create_topics(kafka.bootstrap, {topic: 4})
+    for partition in range(4):
+        produce_to = [(f"k{partition}-{n}".encode(), b"v") for n in range(20)]
+        produce(kafka.bootstrap, topic, produce_to)
+    tps = [TopicPartition(topic, p) for p in range(4)]
+    # partition 0 committed at 5, 1 at 12, 2 at 0, 3 never
+    commits = {tps[0]: 5, tps[1]: 12, tps[2]: 0}
+
+    async def check() -> tuple[dict[Any, int | None], dict[Any, int], int, dict[Any, int | None]]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka.bootstrap,
+            group_id="contract-seek",
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+        )
+        await consumer.start()
+        try:
+            consumer.assign(tps)
+            await consumer.commit(commits)
+            for tp in tps:
+                consumer.seek(tp, 17)
+            asked = 0
+            fetch = consumer._coordinator.fetch_committed_offsets
+
+            async def counted(partitions: Any) -> Any:
+                nonlocal asked
+                asked += 1
+                return await fetch(partitions)
+
+            consumer._coordinator.fetch_committed_offsets = counted  # type: ignore[method-assign]
+            found = await faust_adapter.seek_all_to_committed(consumer)
+            positions = {tp: await consumer.position(tp) for tp in tps[:3]}
+            consumer._coordinator.fetch_committed_offsets = fetch  # type: ignore[method-assign]
+            # what aiokafka's own seek gives, one partition at a time
+            for tp in tps:
+                consumer.seek(tp, 17)
+            theirs = await consumer.seek_to_committed(*tps)
+            return found, positions, asked, theirs
+        finally:
+            await consumer.stop()
+
+    found, positions, asked, theirs = asyncio.run(check())
+    assert found == {tps[0]: 5, tps[1]: 12, tps[2]: 0, tps[3]: None} == theirs
+    assert asked == 1
+    # sought where a commit above 0 is; partition 2's commit at 0 leaves it where it was
+    assert positions == {tps[0]: 5, tps[1]: 12, tps[2]: 17}
 
 
 def test_a_consumer_that_has_no_position_yet_has_none(kafka: LocalKafka) -> None:
