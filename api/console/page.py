@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import mimetypes
 import re
 from collections.abc import MutableMapping
@@ -98,15 +99,19 @@ def content_security_policy(page: str) -> str:
     )
 
 
+def page_for(page: str, *, token_required: bool, first_table: str) -> str:
+    """The page as a worker serves it: whether the workers want a token (so that it asks
+    before its first request), and the table the tables view opens with (so that it asks
+    for that table's first keys at once)."""
+    page = page.replace('content="TOKEN_REQUIRED"', f'content="{str(token_required).lower()}"')
+    return page.replace('content="FIRST_TABLE"', f'content="{html.escape(first_table)}"')
+
+
 def add_console_page(api: FastAPI) -> None:
-    """Serve ``/ui/`` (the page; ``/ui`` redirects to it) and ``/ui/assets/*``. The page
-    says whether the workers want a token (so that it asks before its first request)."""
+    """Serve ``/ui/`` (the page; ``/ui`` redirects to it) and ``/ui/assets/*``."""
     folder = assets_directory()
     page = (folder / "index.html").read_text(encoding="utf-8")
-    pages = {
-        required: page.replace('content="TOKEN_REQUIRED"', f'content="{str(required).lower()}"')
-        for required in (True, False)
-    }
+    pages: dict[tuple[bool, str], str] = {}
     headers = {
         "Content-Security-Policy": content_security_policy(page),
         "Cache-Control": "no-cache",
@@ -122,4 +127,11 @@ def add_console_page(api: FastAPI) -> None:
     @api.get(f"{PAGE_URL}/", include_in_schema=False)
     async def console(request: Request) -> HTMLResponse:
         required = bool(request.app.state.worker.settings.api_token)
-        return HTMLResponse(pages[required], headers=headers)
+        # the tables view lists the tables in this order and opens with the first
+        first = next(iter(request.app.state.queries.tables), "")
+        found = pages.get((required, first))
+        if found is None:
+            found = pages[required, first] = page_for(
+                page, token_required=required, first_table=first
+            )
+        return HTMLResponse(found, headers=headers)

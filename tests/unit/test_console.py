@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import os
 import re
 from collections import Counter
@@ -20,6 +21,7 @@ from starlette.testclient import TestClient
 from agents.schemas import ITEM_EVENTS, TEXT_LINES
 from api.console.dead_letters import DeadLetter
 from api.console.nightly import NightlyReports, newest_report
+from api.console.page import page_for
 from api.console.replay_log import ReplayStates
 from api.console.replays import validate
 from api.console.sampler import FigureSampler, per_second
@@ -325,6 +327,16 @@ def test_the_console_page_allows_its_import_map_and_nothing_from_another_host() 
     required = '<meta name="streamstate-token-required" content="{}">'
     assert required.format("false") in page.text
     assert required.format("true") in TestClient(make_api(token="s3cret")).get("/ui/").text
+    # the table the tables view opens with (none here: this worker serves no table yet)
+    listed = [t["name"] for t in client.get("/tables").json()["tables"]]
+    first = html.escape(listed[0]) if listed else ""
+    assert f'<meta name="streamstate-first-table" content="{first}">' in page.text
+
+
+def test_the_page_names_the_first_table_escaped_and_the_token_requirement() -> None:
+    page = '<meta a content="TOKEN_REQUIRED"><meta b content="FIRST_TABLE">'
+    served = page_for(page, token_required=True, first_table='a"<b>&c')
+    assert served == '<meta a content="true"><meta b content="a&quot;&lt;b&gt;&amp;c">'
 
 
 VIEW_NAMES = ("topology", "group", "tables", "dead-letters", "nightly")

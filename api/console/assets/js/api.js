@@ -47,12 +47,14 @@ export function segment(text) {
   return encodeURIComponent(text).replaceAll(".", "%2E");
 }
 
-/** The answer early.js asked for before the modules ran, if it is the one wanted (once). */
+/** An answer the page asked for before the modules ran, if it is one wanted (once). */
 function takeEarly(path, method) {
   const early = window.streamstateEarly;
-  if (!early || method !== "GET" || early.path !== path || early.bearer !== token.get()) return null;
-  window.streamstateEarly = null;
-  return early.answer;
+  if (!early || method !== "GET" || early.bearer !== token.get()) return null;
+  const answer = Object.hasOwn(early.answers, path) ? early.answers[path] : null;
+  if (!answer) return null;
+  delete early.answers[path];
+  return answer;
 }
 
 export async function request(path, { method = "GET", body, signal } = {}) {
