@@ -4,7 +4,10 @@ Each worker reports on itself only (:meth:`WorkerReports.own`, served to its pee
 ``/internal/console/worker``): the table partitions it holds as active or standby copies
 with their lag, the source partitions its tasks read with their lag, its restore, its
 last rebalances and its rates. :meth:`WorkerReports.group` gathers every member's report,
-asking only the members of the group's assignment metadata.
+asking only the members of the group's assignment metadata. The Topology view needs only
+the rates and the sources' lag of each member (:meth:`WorkerReports.flow`, served at
+``/internal/console/flow``): gathering the positions of a worker's copies costs it a read
+of each partition database, several milliseconds per report.
 """
 
 from __future__ import annotations
@@ -65,7 +68,6 @@ class WorkerReports:
         names = self.changelogs()
         active, standby = self.queries.routing.own_assignment()
         rename = {t: names.get(t, t) for t in (*active, *standby)}
-        flow = self.sampler.flow()
         return {
             "url": self.queries.routing.own_url,
             "reachable": True,
@@ -79,13 +81,29 @@ class WorkerReports:
             "sources": self.sources(),
             "restore": self.restore(names),
             "rebalances": self.rebalances.last(),
-            "rates": {
-                "seconds": round(flow.seconds, 3),
-                "read": _pairs(flow.read, "topic"),
-                "written": _pairs(flow.written, "table"),
-                "sent": _pairs(flow.sent, "topic"),
-            },
+            "rates": self._rates(),
             "history": self.sampler.history(HISTORY_POINTS),
+        }
+
+    def flow(self) -> dict[str, Any]:
+        """What the Topology view needs of this worker's report: its rates and the lag of
+        the source partitions it reads."""
+        return {
+            "url": self.queries.routing.own_url,
+            "reachable": True,
+            "status": self.status(),
+            "sampled_at": round(self.clock(), 3),
+            "sources": self.sources(),
+            "rates": self._rates(),
+        }
+
+    def _rates(self) -> dict[str, Any]:
+        flow = self.sampler.flow()
+        return {
+            "seconds": round(flow.seconds, 3),
+            "read": _pairs(flow.read, "topic"),
+            "written": _pairs(flow.written, "table"),
+            "sent": _pairs(flow.sent, "topic"),
         }
 
     def status(self) -> str:
@@ -194,18 +212,30 @@ class WorkerReports:
 
     async def group(self) -> list[dict[str, Any]]:
         """Every member's report (a member that does not answer: ``reachable`` false)."""
+        return await self._gather(self.own(), ("/internal/console/worker",))
+
+    async def group_flows(self) -> list[dict[str, Any]]:
+        """Every member's :meth:`flow`; a member that does not serve it yet (an older
+        version, during a rolling upgrade) is asked for its whole report."""
+        paths = ("/internal/console/flow", "/internal/console/worker")
+        return await self._gather(self.flow(), paths)
+
+    async def _gather(self, own: dict[str, Any], paths: tuple[str, ...]) -> list[dict[str, Any]]:
         routing = self.queries.routing
         peers = routing.peers()
-        answers = await asyncio.gather(
-            *(
-                self.queries.peers.get(url, "/internal/console/worker", {}, purpose="console")
-                for url in peers
-            )
-        )
-        reports = {routing.own_url: self.own()}
+        answers = await asyncio.gather(*(self._ask(url, paths) for url in peers))
+        reports = {routing.own_url: own}
         for url, answer in zip(peers, answers, strict=True):
             if answer is not None and answer.status == 200 and isinstance(answer.body, dict):
                 reports[url] = answer.body
             else:
                 reports[url] = {"url": url, "reachable": False, "status": "unreachable"}
         return [reports[url] for url in sorted(reports)]
+
+    async def _ask(self, url: str, paths: tuple[str, ...]) -> Any:
+        answer = None
+        for path in paths:
+            answer = await self.queries.peers.get(url, path, {}, purpose="console")
+            if answer is None or answer.status != 404:
+                break
+        return answer

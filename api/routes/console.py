@@ -49,7 +49,7 @@ async def topology(console: ConsoleDep) -> dict[str, Any]:
     """Each pipeline as a graph drawn from its declaration: source, repartition, output
     and dead-letter topics, steps and tables; records/s on each edge and the lag of each
     topic the pipelines read, for the whole group."""
-    reports = await console.reports.group()
+    reports = await console.reports.group_flows()
     live = [r for r in reports if r.get("reachable")]
     graph = build(console.pipelines, console.table_kinds(), group_flow(live), group_lag(live))
     seconds = [r["rates"]["seconds"] for r in live if r.get("rates")]
@@ -134,3 +134,9 @@ async def nightly(console: ConsoleDep) -> dict[str, Any]:
 async def own_report(console: ConsoleDep) -> dict[str, Any]:
     """This worker's own report (what /group gathers from every member)."""
     return console.reports.own()
+
+
+@internal.get("/flow", response_model=Member)
+async def own_flow(console: ConsoleDep) -> dict[str, Any]:
+    """This worker's rates and sources' lag (what /topology gathers from every member)."""
+    return console.reports.flow()

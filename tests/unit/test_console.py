@@ -5,6 +5,7 @@ page's Content Security Policy."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import html
@@ -20,6 +21,7 @@ from starlette.testclient import TestClient
 
 from agents.schemas import ITEM_EVENTS, TEXT_LINES
 from api.console.dead_letters import DeadLetter
+from api.console.members import WorkerReports
 from api.console.nightly import NightlyReports, newest_report
 from api.console.page import page_for
 from api.console.replay_log import ReplayStates
@@ -392,7 +394,48 @@ def test_the_page_preloads_the_modules_of_the_view_it_opens_and_no_other_view() 
 
 def test_the_console_routes_want_the_token_when_one_is_set() -> None:
     client = TestClient(make_api(token="s3cret"))
-    for path in ("/topology", "/group", "/dead-letters", "/nightly", "/internal/console/worker"):
+    internal = ("/internal/console/worker", "/internal/console/flow")
+    for path in ("/topology", "/group", "/dead-letters", "/nightly", *internal):
         assert client.get(path).status_code == 401, path
     answer = client.post("/dead-letters/replay", json={"records": []})
     assert answer.status_code == 401
+
+
+def test_the_flow_report_has_the_rates_and_sources_the_topology_needs_and_no_copies() -> None:
+    client = TestClient(make_api())
+    flow = client.get("/internal/console/flow").json()
+    whole = client.get("/internal/console/worker").json()
+    assert flow["url"] == whole["url"]
+    assert flow["rates"] is not None
+    assert flow["rates"].keys() == whole["rates"].keys()
+    assert flow["sources"] == whole["sources"]
+    assert flow["copies"] == []  # left out, not gathered
+    assert client.get("/topology").json()["members"] == 1
+
+
+def test_the_topology_asks_a_peer_without_the_flow_report_for_its_whole_report() -> None:
+    asked: list[tuple[str, str]] = []
+
+    class Peers:
+        async def get(self, url: str, path: str, params: Any, purpose: str) -> Any:
+            asked.append((url, path))
+            if url == "http://c":
+                return None  # unreachable
+            status = 404 if (url, path) == ("http://b", "/internal/console/flow") else 200
+            return SimpleNamespace(status=status, body={"url": url, "reachable": True})
+
+    routing = SimpleNamespace(peers=lambda: ["http://b", "http://c"], own_url="http://a")
+    queries = SimpleNamespace(routing=routing, peers=Peers())
+    reports = WorkerReports(None, queries, None, None, None)  # type: ignore[arg-type]
+    reports.flow = lambda: {"url": "http://a", "reachable": True}  # type: ignore[method-assign]
+    found = asyncio.run(reports.group_flows())
+    assert found == [
+        {"url": "http://a", "reachable": True},
+        {"url": "http://b", "reachable": True},
+        {"url": "http://c", "reachable": False, "status": "unreachable"},
+    ]
+    assert sorted(asked) == [
+        ("http://b", "/internal/console/flow"),
+        ("http://b", "/internal/console/worker"),
+        ("http://c", "/internal/console/flow"),
+    ]
