@@ -42,6 +42,21 @@ def peak_rss(pid: int) -> int | None:
         return None
 
 
+def cpu_from_stat(stat: str, ticks_per_s: int) -> float:
+    """User plus system CPU seconds of a ``/proc/<pid>/stat`` text."""
+    # utime and stime are the 14th and 15th fields; the 3rd field follows the ")"
+    fields = stat.rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / ticks_per_s
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU seconds a running process has used so far, or None if unknown."""
+    try:
+        return cpu_from_stat(Path(f"/proc/{pid}/stat").read_text(), os.sysconf("SC_CLK_TCK"))
+    except OSError:
+        return None
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -108,6 +123,10 @@ class Worker:
     def peak_rss(self) -> int | None:
         """The process's peak resident set size so far, in bytes."""
         return peak_rss(self.process.pid) if self.alive() and self.process else None
+
+    def cpu_seconds(self) -> float | None:
+        """The CPU seconds the process has used so far."""
+        return cpu_seconds(self.process.pid) if self.alive() and self.process else None
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, Any]:
         return http_get(self.url + path, timeout)

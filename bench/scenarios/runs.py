@@ -50,6 +50,8 @@ class Measured:
     cycles: float | None = None
     #: Kafka Streams' commit.interval.ms in the run.
     commit_ms: int | None = None
+    #: The project worker's CPU seconds from its start until every record was processed.
+    cpu_s: float | None = None
 
     @property
     def rate(self) -> float | None:
@@ -79,6 +81,7 @@ class Measured:
     def details(self) -> dict[str, Any]:
         return {
             "batch_cycles": self.cycles,
+            "cpu_s": self.cpu_s,
             "commit_interval_ms": self.commit_interval_ms,
             "finished": self.progress.finished,
             "events_per_s": self.rate,
@@ -165,9 +168,10 @@ def run_project(
         else:
             worker.start()
             progress = watch(kafka, PROJECT_GROUP, topics, total, max_s, worker.alive)
+        cpu_s = worker.cpu_seconds()
         status, metrics = worker.get("/metrics")
         cycles = metric_value(metrics, "streamstate_batch_cycles") if status == 200 else None
-        return Measured(label, progress, worker.peak_rss(), cycles=cycles), worker
+        return Measured(label, progress, worker.peak_rss(), cycles=cycles, cpu_s=cpu_s), worker
     except RuntimeError as error:
         worker.stop()
         raise RuntimeError(

@@ -120,6 +120,20 @@ def kstreams_run(
     )
 
 
+def console_cpu_note(closed: Measured | None, opened: Measured | None, lines: int) -> list[str]:
+    """What the worker itself spent per line with its console open and closed: the
+    browser runs on the same cores, so the rates alone cannot tell its share from the
+    worker's."""
+    if closed is None or opened is None or not closed.cpu_s or not opened.cpu_s:
+        return []
+    per = 1e6 / lines
+    return [
+        f"The worker's own CPU from its start until every line was processed: "
+        f"{closed.cpu_s * per:.2f} s per million lines with the console closed, "
+        f"{opened.cpu_s * per:.2f} s with it open ({opened.cpu_s / closed.cpu_s:.2f}x)."
+    ]
+
+
 def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     """Preload the lines, then run the ceiling, the faust baseline, the project under
     both guarantees and Kafka Streams under both, all over the same lines."""
@@ -183,6 +197,7 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         ),
         *notes,
     ]
+    notes += console_cpu_note(project, watched, lines)
     measured = [r for r in (project, watched, eos, ks, ks_eos) if r is not None]
     notes += [n for r in measured if (n := r.unfinished_note("lines")) is not None]
     notes += [n for n in (runs.commit_note([project, eos, ks, ks_eos]),) if n is not None]

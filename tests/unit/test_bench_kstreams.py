@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from bench import data, kstreams
-from bench.procs import peak_rss_from_status
+from bench.procs import cpu_from_stat, peak_rss_from_status
 from bench.progress import Progress
 from bench.scenarios.runs import Measured
 from bench.tables import changelog_table, compare, compare_table, pair_id, same, table_key
@@ -193,3 +193,9 @@ def test_records_are_stamped_with_their_event_time() -> None:
     stamped = list(data.at_event_time(data.item_events(3, clock=clock)))
     assert [ts for _k, _v, ts in stamped] == [5_000, 5_100, 5_200]
     assert stamped[0][0] == orjson.loads(stamped[0][1])["store_id"].encode()
+
+
+def test_the_cpu_of_a_process_is_its_user_and_system_ticks() -> None:
+    # pid (comm with a space and a parenthesis) state ppid ... utime=250 stime=50 ...
+    stat = "42 (faust (w) 1) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 7 0 0"
+    assert cpu_from_stat(stat, 100) == 3.0
