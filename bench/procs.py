@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import PARTITIONS, ROOT
+from tests.support.workers import cpu_seconds
 
 #: The project's faust app and the consumer group its workers form.
 PROJECT_APP = "app.main"
@@ -38,21 +39,6 @@ def peak_rss(pid: int) -> int | None:
     """The peak resident set size in bytes of a running process, or None if unknown."""
     try:
         return peak_rss_from_status(Path(f"/proc/{pid}/status").read_text())
-    except OSError:
-        return None
-
-
-def cpu_from_stat(stat: str, ticks_per_s: int) -> float:
-    """User plus system CPU seconds of a ``/proc/<pid>/stat`` text."""
-    # utime and stime are the 14th and 15th fields; the 3rd field follows the ")"
-    fields = stat.rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / ticks_per_s
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """The CPU seconds a running process has used so far, or None if unknown."""
-    try:
-        return cpu_from_stat(Path(f"/proc/{pid}/stat").read_text(), os.sysconf("SC_CLK_TCK"))
     except OSError:
         return None
 

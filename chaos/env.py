@@ -24,6 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from tests.support.kafka import ROOT, WORKER, LocalKafka, running
 from tests.support.kafka_io import list_topics
 from tests.support.workers import Worker, stop_workers
+from tests.support.workers import cpu_seconds as process_cpu_seconds
 
 #: Kafka client ports of the chaos suite, outside Linux's ephemeral range (32768-60999):
 #: workers keep reconnecting to a stopped broker, and a reconnect to a port in that range
@@ -274,16 +275,9 @@ def restart_phases(worker: Worker, started_wall: float) -> dict[str, Any]:
 
 
 def cpu_seconds(pid: int | None) -> float | None:
-    """User and system CPU seconds process ``pid`` has used so far (Linux /proc); None
-    when it cannot be read. Unlike wall time, hardly changed by other processes' load."""
-    if pid is None:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-    # utime and stime are the 14th and 15th fields; the 3rd field follows the ")"
-    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+    """:func:`tests.support.workers.cpu_seconds`, to the hundredth of a second."""
+    found = process_cpu_seconds(pid)
+    return None if found is None else round(found, 2)
 
 
 def evictions(peers: Iterable[Worker], url: str, since_wall: float) -> int:

@@ -10,11 +10,12 @@ import orjson
 import pytest
 
 from bench import data, kstreams
-from bench.procs import cpu_from_stat, peak_rss_from_status
+from bench.procs import peak_rss_from_status
 from bench.progress import Progress
 from bench.scenarios.runs import Measured
 from bench.tables import changelog_table, compare, compare_table, pair_id, same, table_key
 from tables.windows import window_key
+from tests.support.workers import cpu_from_stat
 
 HOUR_MS = 3_600_000
 
