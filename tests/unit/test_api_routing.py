@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 
 from api.errors import BadRequest
 from api.local import Window
@@ -12,7 +15,7 @@ from api.queries import best_answer, encode_key, relayable, window_at, windows_b
 from api.routes.internal import parse_partitions
 from api.routing import normalize_url
 from api.scans import PartitionPage, better, decode_cursor, encode_cursor, merge
-from core.topics import partition_for
+from core.topics import murmur2, partition_for
 
 HOUR = 3_600_000
 
@@ -21,6 +24,28 @@ HOUR = 3_600_000
 def test_partition_is_the_producers_murmur2(key: bytes) -> None:
     partitions = list(range(8))
     assert partition_for(key, 8) == DefaultPartitioner()(key, partitions, partitions)
+
+
+@pytest.mark.parametrize(
+    ("text", "java"),
+    [  # Kafka's own test vectors for Utils.murmur2, as Java's signed int
+        ("21", -973932308),
+        ("foobar", -790332482),
+        ("a-little-bit-long-string", -985981536),
+        ("a-little-bit-longer-string", -1486304829),
+        ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+    ],
+)
+def test_murmur2_is_the_java_clients(text: str, java: int) -> None:
+    assert murmur2(text.encode()) == java & 0xFFFFFFFF
+
+
+def test_murmur2_agrees_with_aiokafkas_for_every_length() -> None:
+    rng = random.Random(7)
+    for length in range(40):
+        for _ in range(50):
+            data = rng.randbytes(length)
+            assert murmur2(data) == aiokafka_murmur2(data), data
 
 
 def test_keys_are_validated_as_utf8_bytes() -> None:
