@@ -20,7 +20,13 @@ from api.members import DeadMembers
 from api.metrics import WorkerCollector
 from api.middleware import LatencyMiddleware
 from api.peers import Peers
-from api.positions import ConsistencyCollector, InputEnds, Positions, PositionWaits
+from api.positions import (
+    ConsistencyCollector,
+    HeldPositions,
+    InputEnds,
+    Positions,
+    PositionWaits,
+)
 from api.producer import RecordProducer
 from api.queries import Queries
 from api.routes import console as console_routes
@@ -56,17 +62,20 @@ def create_api(worker: WorkerView) -> FastAPI:
     inputs = dict(worker.inputs)
     positions = Positions(engine.lineage, settings.topic_partitions, inputs, ends)
     waits = PositionWaits()
+    held = HeldPositions()
     hub = ChangeHub()
 
     def after_cycle(
         table: str, partition: int, changes: Mapping[bytes, bytes | None], position: bytes | None
     ) -> None:
+        held.moved(table, partition, position)
         waits.notify()
         hub.on_cycle(table, partition, changes, position)
 
     engine.listeners.append(after_cycle)
 
     async def on_revoked() -> None:
+        held.forget()
         hub.moved()
 
     membership.on_revoked(on_revoked)
@@ -122,7 +131,7 @@ def create_api(worker: WorkerView) -> FastAPI:
     api.state.dead_members = dead
     api.state.producer = producer
     api.state.inputs = inputs
-    api.state.queries = queries = Queries(worker, peers, positions, waits)
+    api.state.queries = queries = Queries(worker, peers, positions, waits, held)
     api.state.scans = Scans(queries)
     api.state.changes = Changes(queries, hub)
     api.state.console = console = Console(worker, queries, ends)

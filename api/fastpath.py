@@ -9,22 +9,39 @@ Everything else (other routes, change streams, windowed reads, other query param
 values FastAPI would refuse, a missing or wrong token, a key FastAPI or
 :func:`~api.queries.encode_key` would refuse) goes to the FastAPI app unchanged, which
 answers it, errors included, exactly as before.
+
+Such a read does not become an ASGI request at all: :class:`KeyReadProtocol`, the
+worker's uvicorn protocol, answers it from the parsed request line and headers, at once
+when this worker's own copy answers it (the most frequent case, and a forwarded read's
+case on the worker it was forwarded to) and by a task otherwise, and writes the response
+in one write. :class:`KeyReads` answers the same reads as an ASGI app, for a server that
+does not use the protocol.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
+import logging
 import time
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
+import httptools
 import orjson
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from api.errors import QueryError
 from api.metrics import QUERY_LATENCY
 from api.peers import FORWARDED_HEADER
-from api.queries import MAX_KEY_BYTES, MAX_WAIT_MS, Answer, ReadOptions
+from api.queries import MAX_KEY_BYTES, MAX_WAIT_MS, Answer, KeyQuery, Queries, ReadOptions
 from api.tokens import MAX_TOKEN_CHARS
+
+Headers = list[tuple[bytes, bytes]]
+#: status, JSON body, and the headers besides content-length and content-type
+Response = tuple[int, bytes, Headers]
+
+logger = logging.getLogger(__name__)
 
 #: The route template the FastAPI app reports for key reads (the latency metric's label).
 KEY_ROUTE = "/tables/{table}/keys/{key:path}"
@@ -36,7 +53,8 @@ _OPTIONS = frozenset({"consistent_with", "timeout_ms", "max_lag_records", "max_l
 
 
 class KeyReads:
-    """Pure ASGI app in front of the FastAPI app ``api``."""
+    """Pure ASGI app in front of the FastAPI app ``api``; :class:`KeyReadProtocol` asks
+    it for plain key reads before uvicorn builds their ASGI request."""
 
     def __init__(self, api: Any) -> None:
         self.api = api
@@ -52,11 +70,11 @@ class KeyReads:
             await self.api(scope, receive, send)
             return
         started = time.perf_counter()
-        answer = await self._answer(scope)
-        if answer is None:
+        read = self.plain_read(scope["path"], scope["query_string"], scope["headers"])
+        if read is None:
             await self.api(scope, receive, send)
             return
-        status, body, headers = answer
+        status, body, headers = await self.answer(*read)
         await send(
             {
                 "type": "http.response.start",
@@ -69,56 +87,90 @@ class KeyReads:
             }
         )
         await send({"type": "http.response.body", "body": body})
-        replica = next((v.decode() for k, v in headers if k == b"x-replica"), "none")
-        self._observe(replica, time.perf_counter() - started)
+        self.observe(headers, started)
 
-    def _observe(self, replica: str, seconds: float) -> None:
+    @functools.cached_property
+    def _queries(self) -> Queries:
+        queries: Queries = self.api.state.queries  # set before the app serves
+        return queries
+
+    @functools.cached_property
+    def _token(self) -> str | None:
+        token: str | None = self.api.state.worker.settings.api_token
+        return token
+
+    def observe(self, headers: Headers, started: float) -> None:
+        """The read's latency, in the metric the FastAPI routes report to."""
+        replica = next((v.decode() for k, v in headers if k == b"x-replica"), "none")
         child = self._latency.get(replica)
         if child is None:
             child = self._latency[replica] = QUERY_LATENCY.labels(route=KEY_ROUTE, replica=replica)
-        child.observe(seconds)
+        child.observe(time.perf_counter() - started)
 
-    async def _answer(
-        self, scope: dict[str, Any]
-    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]] | None:
-        """The response to a plain key read, or None to leave the request to FastAPI."""
-        table_name, sep, key = scope["path"][len(_PREFIX) :].partition(_KEYS)
+    def plain_read(
+        self, path: str, query_string: bytes, headers: Headers
+    ) -> tuple[KeyQuery, str | None] | None:
+        """The query of a plain key read and who forwarded it, or None to leave the
+        request to FastAPI. ``path`` is percent-decoded."""
+        if not path.startswith(_PREFIX) or path.endswith(_CHANGES):
+            return None
+        table_name, sep, key = path[len(_PREFIX) :].partition(_KEYS)
         if not sep or not table_name or "/" in table_name or not key or len(key) > MAX_KEY_BYTES:
             return None
-        options = read_options(scope["query_string"])
+        options = read_options(query_string)
         if options is None:
             return None
-        state = self.api.state
-        queries = state.queries
+        queries = self._queries
         table = queries.tables.get(table_name)
         if table is None or table.kind == "windowed":
             return None
         forwarded: str | None = None
         authorization: bytes | None = None
-        for name, value in scope["headers"]:
+        for name, value in headers:
             if name == b"authorization":
                 authorization = value
             elif name == _FORWARDED:
                 forwarded = value.decode("latin-1")
-        if not _authorized(state.worker.settings.api_token, authorization):
+        if not _authorized(self._token, authorization):
             return None
         try:
             query = queries.query(table, key, None, None, None, options)
         except QueryError:
             return None
+        return query, forwarded
+
+    def answer_now(self, query: KeyQuery, forwarded: str | None) -> Response | None:
+        """The response to a read that needs neither a wait nor another worker, or None
+        when :meth:`answer` must give it."""
         try:
-            answer: Answer = await queries.read(query, forwarded)
+            answer = self._queries.read_now(query, forwarded)
         except QueryError as error:
-            headers = [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
-            return error.status, orjson.dumps(error.body()), headers
-        return (
-            answer.status,
-            orjson.dumps(answer.body),
-            [
-                (b"x-served-by", answer.served_by.encode()),
-                (b"x-replica", answer.replica.encode()),
-            ],
-        )
+            return _refusal(error)
+        return None if answer is None else _response(answer)
+
+    async def answer(self, query: KeyQuery, forwarded: str | None) -> Response:
+        """The response to a plain key read, whatever it needs."""
+        try:
+            answer: Answer = await self._queries.read(query, forwarded)
+        except QueryError as error:
+            return _refusal(error)
+        return _response(answer)
+
+
+def _refusal(error: QueryError) -> Response:
+    headers = [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    return error.status, orjson.dumps(error.body()), headers
+
+
+def _response(answer: Answer) -> Response:
+    return (
+        answer.status,
+        orjson.dumps(answer.body),
+        [
+            (b"x-served-by", answer.served_by.encode()),
+            (b"x-replica", answer.replica.encode()),
+        ],
+    )
 
 
 def read_options(query_string: bytes) -> ReadOptions | None:
@@ -158,3 +210,163 @@ def _authorized(expected: str | None, authorization: bytes | None) -> bool:
     if scheme.lower() != "bearer":
         return False
     return hmac.compare_digest(credentials.encode(), expected.encode())
+
+
+class _Cycle:
+    """Stands in uvicorn's protocol for the request cycle while :class:`KeyReadProtocol`
+    answers a read itself: what uvicorn's callbacks read and set on a cycle."""
+
+    __slots__ = ("disconnected", "keep_alive", "more_body", "response_complete")
+
+    def __init__(self, keep_alive: bool) -> None:
+        self.keep_alive = keep_alive
+        self.response_complete = False
+        self.disconnected = False
+        self.more_body = False
+
+    @property
+    def message_event(self) -> _Cycle:
+        return self  # uvicorn sets it when the request ends or the client goes
+
+    def set(self) -> None:
+        pass
+
+
+#: The answer to a read that failed for a reason of this worker's, not of the request.
+_FAILED: Response = (500, orjson.dumps({"detail": "Internal Server Error"}), [])
+
+
+class KeyReadProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, answering plain key reads itself.
+
+    A GET that :meth:`KeyReads.plain_read` takes, on a connection with no response in
+    flight, is answered without an ASGI request: from this worker's copy at once when
+    the read needs neither a wait nor another worker, else by a task; the response goes
+    out in one write. Everything else (other requests, a read pipelined behind a response
+    in flight) takes uvicorn's own path, and the protocol's keep-alive, pipelining and
+    shutdown rules hold for both.
+    """
+
+    def __init__(self, config: Any, server_state: Any, app_state: Any, _loop: Any = None) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        app = config.app
+        lean = isinstance(app, KeyReads) and not self.root_path and self.limit_concurrency is None
+        self._reads: KeyReads | None = app if lean else None
+        #: when the connection last fell idle (None: a request is being read or answered)
+        self._idle_since: float | None = None
+
+    # Keep-alive: uvicorn arms a timer after every response and cancels it when the next
+    # request arrives, which costs a busy connection more than a plain read's answer. One
+    # timer per connection here instead: when it fires, it closes the connection if it has
+    # been idle for the whole timeout, else waits for the rest of it.
+
+    def _unset_keepalive_if_required(self) -> None:
+        self._idle_since = None  # data arrived (or the connection went): not idle
+
+    def on_response_complete(self) -> None:
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self._keep_alive_expired
+            )
+
+    def _keep_alive_expired(self) -> None:
+        self.timeout_keep_alive_task = None
+        if self._idle_since is None:
+            return  # busy: the response arms the timer again
+        left = self._idle_since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self.timeout_keep_alive_task = self.loop.call_later(left, self._keep_alive_expired)
+        else:
+            self.timeout_keep_alive_handler()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
+
+    def on_headers_complete(self) -> None:
+        reads, parser = self._reads, self.parser
+        if (
+            reads is not None
+            and (self.cycle is None or self.cycle.response_complete)
+            and not self.flow.write_paused
+            and parser.get_method() == b"GET"
+            and not parser.should_upgrade()
+        ):
+            parsed = httptools.parse_url(self.url)
+            try:
+                path = parsed.path.decode("ascii")
+            except UnicodeDecodeError:
+                path = ""  # uvicorn's own path refuses it
+            if "%" in path:
+                path = unquote(path)
+            read = reads.plain_read(path, parsed.query or b"", self.headers) if path else None
+            if read is not None:
+                keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
+                self._answer(reads, read, keep_alive)
+                return
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not isinstance(self.cycle, _Cycle):  # a GET's body: nothing reads it
+            super().on_body(body)
+
+    def _answer(self, reads: KeyReads, read: tuple[KeyQuery, str | None], keep_alive: bool) -> None:
+        started = time.perf_counter()
+        cycle = _Cycle(keep_alive)
+        self.cycle = cycle  # type: ignore[assignment]  # what uvicorn's callbacks use of it
+        try:
+            response = reads.answer_now(*read)
+        except Exception:
+            logger.exception("key read %s failed", read[0].path)
+            cycle.keep_alive = False
+            response = _FAILED
+        if response is not None:
+            self._send(cycle, response, started)
+            return
+        task = self.loop.create_task(self._answer_later(reads, cycle, read, started))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    async def _answer_later(
+        self, reads: KeyReads, cycle: _Cycle, read: tuple[KeyQuery, str | None], started: float
+    ) -> None:
+        try:
+            response = await reads.answer(*read)
+        except Exception:
+            logger.exception("key read %s failed", read[0].path)
+            cycle.keep_alive = False
+            response = _FAILED
+        if cycle.disconnected or self.transport.is_closing():
+            cycle.response_complete = True
+            return
+        self._send(cycle, response, started)
+
+    def _send(self, cycle: _Cycle, response: Response, started: float) -> None:
+        status, body, headers = response
+        content = [STATUS_LINE[status]]
+        for name, value in self.server_state.default_headers:
+            content += (name, b": ", value, b"\r\n")
+        content.append(b"content-length: %d\r\ncontent-type: application/json\r\n" % len(body))
+        for name, value in headers:
+            content += (name, b": ", value, b"\r\n")
+        if not cycle.keep_alive:
+            content.append(b"connection: close\r\n")
+        content += (b"\r\n", body)
+        self.transport.write(b"".join(content))
+        cycle.response_complete = True
+        if not cycle.keep_alive:
+            self.transport.close()
+        assert self._reads is not None
+        self._reads.observe(headers, started)
+        self.on_response_complete()

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,13 +41,13 @@ class ReadPosition:
     applied: dict[str, dict[int, int]]
     lag_records: int | None
     lag_ms: int | None
+    #: ``applied`` as answers show it, when already made (shared: never changed)
+    shown: dict[str, dict[str, int]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "partition": self.partition,
-            "applied": {
-                t: {str(p): o for p, o in sorted(ps.items())} for t, ps in self.applied.items()
-            },
+            "applied": shown_applied(self.applied) if self.shown is None else self.shown,
             "lag_records": self.lag_records,
             "lag_ms": self.lag_ms,
         }
@@ -56,6 +56,11 @@ class ReadPosition:
         """Whether the copy holds every offset below ``wanted`` of ``topic``'s partitions."""
         have = self.applied.get(topic, {})
         return all(have.get(p, 0) >= offset for p, offset in wanted.items())
+
+
+def shown_applied(applied: Mapping[str, Mapping[int, int]]) -> dict[str, dict[str, int]]:
+    """Applied offsets as answers show them: partitions as strings, in order."""
+    return {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in applied.items()}
 
 
 class InputEnds:
@@ -147,6 +152,8 @@ class Positions:
         #: topics that tokens and ``applied`` name: the contract's source topics
         self.sources = frozenset(sources)
         self.ends = ends
+        #: per copy, what its last stored position gave
+        self._seen: dict[tuple[str, int], _Stored] = {}
 
     def sources_of(self, table: str) -> dict[str, str]:
         """The source topics of ``table`` and how they reach it (direct or upstream)."""
@@ -161,6 +168,27 @@ class Positions:
 
     def of(self, table: str, partition: int, stored: bytes | None) -> ReadPosition:
         """The read position of a copy whose stored position is ``stored``."""
+        key = (table, partition)
+        seen = self._seen.get(key)
+        if seen is None or seen.stored != stored:
+            seen = self._seen[key] = self._stored(table, partition, stored)
+        lag_records: int | None = 0
+        lag_ms = 0
+        now = time.monotonic()
+        for topic, done in seen.feeds:
+            end = self.ends.end(topic, partition)
+            if end is None:
+                lag_records = None
+                continue
+            if end > done:
+                if lag_records is not None:
+                    lag_records += end - done
+                lag_ms = max(lag_ms, self.ends.age_ms(topic, partition, done, now))
+        return ReadPosition(
+            partition, seen.applied, lag_records, lag_ms if lag_records else 0, seen.shown
+        )
+
+    def _stored(self, table: str, partition: int, stored: bytes | None) -> _Stored:
         position = Position.decode(stored) if stored is not None else Position()
         applied = {
             topic: {
@@ -169,20 +197,53 @@ class Positions:
             }
             for topic in sorted(self.sources_of(table))
         }
-        lag_records: int | None = 0
-        lag_ms = 0
-        now = time.monotonic()
-        for topic in sorted(self.lineage.feeds.get(table, ())):
-            end = self.ends.end(topic, partition)
-            if end is None:
-                lag_records = None
-                continue
-            done = position.applied.get(topic, {}).get(partition, 0)
-            if end > done:
-                if lag_records is not None:
-                    lag_records += end - done
-                lag_ms = max(lag_ms, self.ends.age_ms(topic, partition, done, now))
-        return ReadPosition(partition, applied, lag_records, lag_ms if lag_records else 0)
+        feeds = tuple(
+            (topic, position.applied.get(topic, {}).get(partition, 0))
+            for topic in sorted(self.lineage.feeds.get(table, ()))
+        )
+        return _Stored(stored, applied, shown_applied(applied), feeds)
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """What a copy's stored position gives every read until the copy moves on: the
+    offsets it applied, as read positions show them, and of the topics that feed it."""
+
+    stored: bytes | None
+    applied: dict[str, dict[int, int]]
+    shown: dict[str, dict[str, int]]
+    feeds: tuple[tuple[str, int], ...]
+
+
+class HeldPositions:
+    """The stored positions of this worker's active copies, as the engine last wrote
+    them, so that a read of an active copy need not read its position from the database.
+
+    A copy's entry is read from its database on the first read, and replaced by every
+    cycle that writes the copy: the engine writes its stores and then tells its
+    listeners, on the event loop the reads run on, so no read sees a database newer than
+    this. Every revocation forgets all of them: the copies of the next assignment may be
+    restored from their changelogs, which tells no listener.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, int], bytes | None] = {}
+
+    def get(self, table: str, partition: int, stored: Callable[[], bytes | None]) -> bytes | None:
+        key = (table, partition)
+        try:
+            return self._held[key]
+        except KeyError:
+            found = self._held[key] = stored()
+            return found
+
+    def moved(self, table: str, partition: int, position: bytes | None) -> None:
+        """A cycle wrote ``position`` (None: it wrote no position) to the copy."""
+        if position is not None:
+            self._held[(table, partition)] = position
+
+    def forget(self) -> None:
+        self._held.clear()
 
 
 class PositionWaits:

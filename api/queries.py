@@ -25,7 +25,7 @@ from typing import Any
 from api.errors import BadRequest, NoReplica, NotFound, NotHeldHere, NotYet
 from api.local import LocalCopy, LocalState, Window
 from api.peers import PeerAnswer, Peers, quote_segment
-from api.positions import Positions, PositionWaits, ReadPosition
+from api.positions import HeldPositions, Positions, PositionWaits, ReadPosition
 from api.routing import QueryTable, Routing, query_tables
 from api.tokens import Token, TokenError, decode_token
 from core.topics import partition_for
@@ -132,7 +132,12 @@ class ReadOptions:
     max_lag_ms: int | None = None
 
     def __bool__(self) -> bool:
-        return any(v is not None for v in vars(self).values())
+        return not (
+            self.consistent_with is None
+            and self.timeout_ms is None
+            and self.max_lag_records is None
+            and self.max_lag_ms is None
+        )
 
 
 @dataclass(frozen=True)
@@ -250,7 +255,12 @@ class Queries:
     patience_s = READ_PATIENCE_S
 
     def __init__(
-        self, worker: WorkerView, peers: Peers, positions: Positions, waits: PositionWaits
+        self,
+        worker: WorkerView,
+        peers: Peers,
+        positions: Positions,
+        waits: PositionWaits,
+        held: HeldPositions | None = None,
     ) -> None:
         self.worker = worker
         self.routing = Routing(worker.membership)
@@ -258,6 +268,8 @@ class Queries:
         self.peers = peers
         self.positions = positions
         self.waits = waits
+        #: the positions of the active copies, as the engine wrote them
+        self.held = held if held is not None else HeldPositions()
         self.app_id = worker.membership.app_id
         self._tables: dict[str, QueryTable] | None = None
 
@@ -334,6 +346,21 @@ class Queries:
             )
         at = int(time.time() * 1000) if at is None else at
         return KeyQuery(table, key, raw, partition, at=at, consistency=consistency)
+
+    def read_now(self, query: KeyQuery, forwarded_by: str | None) -> Answer | None:
+        """The answer to a read that needs neither a wait nor another worker (a global
+        table; this worker's active copy, or any copy of its own for a forwarded read,
+        when the read names no token), or None when :meth:`read` must answer it. Raises
+        what :meth:`read` would raise for such a read."""
+        if query.table.kind == "global":
+            return self._read_global(query)
+        if query.consistency.wanted:
+            return None
+        copy = self.local.copy(query.table, query.partition)
+        if copy is None or (copy.replica != "active" and forwarded_by is None):
+            return None
+        position = self.position(copy, held=not query.consistency.bounded)
+        return self._serve_held(query, copy, position)
 
     async def read(self, query: KeyQuery, forwarded_by: str | None) -> Answer:
         """Answer a key read from the best copy that can answer it, within the read's
@@ -439,8 +466,16 @@ class Queries:
             f"(owner {owner or 'unassigned'}); the group may be rebalancing"
         )
 
-    def position(self, copy: LocalCopy) -> ReadPosition:
-        return self.positions.of(copy.table.name, copy.partition, copy.stored_position())
+    def position(self, copy: LocalCopy, *, held: bool = False) -> ReadPosition:
+        """The copy's read position; ``held``: of an active copy, as the engine last
+        wrote it (for a read with no consistency bound: a position that may lag the
+        database after a revocation only understates what the answer holds)."""
+        name, partition = copy.table.name, copy.partition
+        if held and copy.replica == "active":
+            stored = self.held.get(name, partition, copy.stored_position)
+        else:
+            stored = copy.stored_position()
+        return self.positions.of(name, partition, stored)
 
     async def _serve(
         self,
@@ -472,6 +507,12 @@ class Queries:
                 if found is None:  # revoked meanwhile
                     raise NotHeldHere(f"{self.routing.own_url} no longer holds the partition")
                 copy, position = found, self.position(found)
+        return self._serve_held(query, copy, position)
+
+    def _serve_held(self, query: KeyQuery, copy: LocalCopy, position: ReadPosition) -> Answer:
+        """Answer from ``copy``, which holds the read's position (if it names one), if it
+        is within the read's staleness bound."""
+        consistency = query.consistency
         if consistency.bounded and (why := consistency.beyond(position)):
             raise NoReplica(
                 f"{copy.replica} copy of {query.table.name} partition {query.partition}: {why}",

@@ -10,6 +10,7 @@ from a request.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -75,8 +76,9 @@ class Routing:
     def __init__(self, membership: Membership) -> None:
         self.membership = membership
 
-    @property
+    @functools.cached_property
     def own_url(self) -> str:
+        """This worker's URL (its canonical URL is set once, before the API starts)."""
         return normalize_url(self.membership.canonical_url)
 
     def actives_by_host(self) -> dict[str, dict[str, list[int]]]:

@@ -12,14 +12,14 @@ from typing import Any
 
 from faust.contrib.asgi import AsgiService, maybe_instrument_opentelemetry
 
-from api.fastpath import KeyReads
+from api.fastpath import KeyReadProtocol, KeyReads
 
 
 class ApiServer(AsgiService):
     """uvicorn inside the worker, bound to the worker's canonical host and port.
 
-    Plain key reads take the lean path of :class:`~api.fastpath.KeyReads`; every other
-    request reaches the FastAPI app. Given ``sock``, a socket already listening on that
+    Plain key reads take the lean path of :class:`~api.fastpath.KeyReadProtocol`; every
+    other request reaches the FastAPI app. Given ``sock``, a socket already listening on that
     address, it serves there instead of binding the address itself.
     """
 
@@ -38,7 +38,11 @@ class ApiServer(AsgiService):
             KeyReads(asgi_app),
             host=host,
             port=port,
-            uvicorn_options={"access_log": False, "timeout_keep_alive": 30},
+            uvicorn_options={
+                "access_log": False,
+                "timeout_keep_alive": 30,
+                "http": KeyReadProtocol,
+            },
             **kwargs,
         )
         self._sock = sock

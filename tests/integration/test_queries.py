@@ -284,6 +284,74 @@ def test_a_forwarded_read_is_never_forwarded_again(cluster: Cluster) -> None:
     assert (status, body["replica"]) == (200, "active")
 
 
+def raw_exchange(url: str, payload: bytes, answers: int) -> tuple[list[bytes], bool]:
+    """Send ``payload`` on one connection and read ``answers`` HTTP responses: their
+    bytes, and whether the server closed the connection after them."""
+    host, port = urllib.parse.urlsplit(url).netloc.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(payload)
+        buffer, found = b"", []
+        while len(found) < answers:
+            head_end = buffer.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = buffer[:head_end].decode("latin-1").lower()
+                length = int(head.split("content-length: ")[1].split("\r\n")[0])
+                if len(buffer) >= head_end + 4 + length:
+                    found.append(buffer[: head_end + 4 + length])
+                    buffer = buffer[head_end + 4 + length :]
+                    continue
+            chunk = sock.recv(65536)
+            assert chunk, f"the connection closed after {len(found)} of {answers} answers"
+            buffer += chunk
+        sock.settimeout(2)
+        try:
+            closed = sock.recv(1) == b""
+        except TimeoutError:
+            closed = False
+        return found, closed
+
+
+def get_request(path: str, version: str = "1.1", extra: str = "") -> bytes:
+    return (
+        f"GET {path} HTTP/{version}\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n{extra}\r\n"
+    ).encode()
+
+
+def test_key_reads_keep_http_s_connection_rules(cluster: Cluster) -> None:
+    """Plain key reads are answered by the worker's own protocol: pipelined reads (one
+    local, one forwarded, one refused, one left to FastAPI) come back in order on one
+    connection, which stays open; HTTP/1.0 and ``Connection: close`` close it."""
+    url = cluster.workers[0].url
+    by_partition = owners(url, WORDS_TOPIC)
+    local = next(w for w in cluster.words if by_partition[partition_for(w.encode(), 8)] == url)
+    routed = next(w for w in cluster.words if by_partition[partition_for(w.encode(), 8)] != url)
+    paths = [
+        f"/tables/word_counts/keys/{quoted(local)}",
+        f"/tables/word_counts/keys/{quoted(routed)}",
+        "/tables/word_counts/keys/no-such-word",
+        "/tables/word_counts/keys/the?max_lag_records=x",  # FastAPI's 422
+        f"/tables/word_counts/keys/{quoted(local)}",
+    ]
+    answers, closed = raw_exchange(url, b"".join(get_request(p) for p in paths), len(paths))
+    assert not closed
+    statuses = [int(a.split(b" ", 2)[1]) for a in answers]
+    assert statuses == [200, 200, 404, 422, 200], answers
+    bodies = [json.loads(a.split(b"\r\n\r\n", 1)[1]) for a in answers]
+    assert (bodies[0]["key"], bodies[0]["value"]) == (local, cluster.words[local])
+    assert (bodies[1]["key"], bodies[1]["value"]) == (routed, cluster.words[routed])
+    assert bodies[1]["served_by"] != url
+    heads = [a.split(b"\r\n\r\n", 1)[0].lower() for a in answers]
+    assert all(b"\r\ndate: " in h and b"\r\nserver: " in h for h in heads), heads
+    assert b"content-type: application/json" in heads[0]
+    for request in (
+        get_request(paths[0], "1.0"),
+        get_request(paths[0], extra="Connection: close\r\n"),
+    ):
+        (answer,), closed = raw_exchange(url, request, 1)
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+        assert closed, request
+
+
 def test_reads_never_go_to_a_host_named_by_the_request(cluster: Cluster) -> None:
     with socket.socket() as trap:
         trap.bind(("127.0.0.1", 0))

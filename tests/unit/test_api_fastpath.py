@@ -78,3 +78,63 @@ def test_everything_but_a_plain_key_read_reaches_the_fastapi_app(request_scope: 
 
     asyncio.run(KeyReads(inner)(request_scope, None, send))
     assert inner.paths == [request_scope["path"]]
+
+
+async def _plain_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    )
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    writer.write(b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n")
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    return head + await asyncio.wait_for(reader.readexactly(2), 5)
+
+
+def test_the_protocol_closes_a_connection_idle_for_the_keep_alive_timeout_only() -> None:
+    """A real uvicorn server on loopback with the worker's protocol: a connection used
+    within the timeout stays open past it; one idle for the timeout is closed."""
+    import uvicorn
+
+    from api.fastpath import KeyReadProtocol
+
+    async def scenario() -> tuple[bool, float]:
+        config = uvicorn.Config(
+            _plain_app,
+            host="127.0.0.1",
+            port=0,
+            http=KeyReadProtocol,
+            timeout_keep_alive=1,
+            lifespan="off",
+            log_level="warning",
+        )
+        server = uvicorn.Server(config)
+        serving = asyncio.ensure_future(server.serve())
+        for _ in range(500):  # uvicorn says it started by a flag only
+            if server.started:
+                break
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            for _ in range(4):  # 1.6 s of use, a request every 0.4 s: never idle 1 s
+                assert (await _exchange(reader, writer)).endswith(b"ok")
+                await asyncio.sleep(0.4)
+            still_open = not reader.at_eof()
+            assert (await _exchange(reader, writer)).endswith(b"ok")
+            idle_from = asyncio.get_running_loop().time()
+            assert await asyncio.wait_for(reader.read(1), 5) == b""  # closed by the server
+            return still_open, asyncio.get_running_loop().time() - idle_from
+        finally:
+            writer.close()
+            server.should_exit = True
+            await serving
+
+    still_open, closed_after = asyncio.run(scenario())
+    assert still_open
+    assert 0.9 <= closed_after < 2.5, closed_after
