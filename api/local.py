@@ -9,7 +9,8 @@ standby), and says which kind of copy answered and how far behind its changelog 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -44,9 +45,16 @@ class LocalCopy:
     table: QueryTable
     partition: int
     replica: Replica
-    offset_lag: int | None
+    #: what :attr:`offset_lag` asks, on first use (it reads the store and the consumer)
+    lag: Callable[[], int | None]
     #: the partition as the engine's store gives it, internal keys hidden
     data: StorePartition
+
+    @functools.cached_property
+    def offset_lag(self) -> int | None:
+        """Changelog records not yet in this copy (0 for a restored active copy); None
+        while the changelog's end is unknown."""
+        return self.lag()
 
     def get(self, key: bytes) -> Any | None:
         raw = self.data.get(key)
@@ -111,6 +119,10 @@ def _start(window: Window) -> int:
     return window.start
 
 
+def _none_behind() -> int:
+    return 0
+
+
 class LocalState:
     """The partition copies of one worker, read through the engine's stores."""
 
@@ -133,8 +145,8 @@ class LocalState:
             return None
         if active and not self._restoring(tp):
             # The active copy is written before its changelog: nothing is newer.
-            return LocalCopy(table, partition, "active", 0, data)
-        return LocalCopy(table, partition, "standby", self.lag(table, tp), data)
+            return LocalCopy(table, partition, "active", _none_behind, data)
+        return LocalCopy(table, partition, "standby", functools.partial(self.lag, table, tp), data)
 
     def lag(self, table: QueryTable, tp: TP) -> int | None:
         """Changelog records not yet in this copy; None while the highwater is unknown."""

@@ -49,6 +49,8 @@ class Peers:
         self.token = token
         self.timeout = timeout
         self._session: aiohttp.ClientSession | None = None
+        #: the forwards counter of each (purpose, outcome), looked up once
+        self._forwards: dict[tuple[str, str], Any] = {}
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -87,15 +89,23 @@ class Peers:
                 status = response.status
         except (TimeoutError, aiohttp.ClientError, OSError) as error:
             outcome = "timeout" if isinstance(error, TimeoutError) else "unreachable"
-            FORWARDS.labels(purpose=purpose, outcome=outcome).inc()
+            self._count(purpose, outcome)
             logger.debug("peer %s %s: %s", base, outcome, error)
             return None
         try:
             body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             body = None
-        FORWARDS.labels(purpose=purpose, outcome=str(status)).inc()
+        self._count(purpose, str(status))
         return PeerAnswer(base, status, body, headers)
+
+    def _count(self, purpose: str, outcome: str) -> None:
+        counter = self._forwards.get((purpose, outcome))
+        if counter is None:
+            counter = self._forwards[(purpose, outcome)] = FORWARDS.labels(
+                purpose=purpose, outcome=outcome
+            )
+        counter.inc()
 
     async def stream(
         self, base: str, path: str, last_event_id: str | None

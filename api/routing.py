@@ -98,9 +98,9 @@ class Routing:
 
     def owner(self, table: QueryTable, partition: int) -> str | None:
         """The URL of the active owner of a table partition, or None when unassigned."""
-        for url, topics in self.actives_by_host().items():
+        for url, topics in self.membership.hosts().items():
             if partition in topics.get(table.topic, ()):
-                return url
+                return normalize_url(url)
         return None
 
     def own_assignment(self) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
