@@ -97,12 +97,13 @@ class InputEnds:
         await stopped(task, self._stopping)
 
     def end(self, topic: str, partition: int) -> int | None:
-        seen = self._history.get(TopicPartition(topic, partition))
+        # A TopicPartition is a named tuple: a plain tuple finds it, without making one.
+        seen = self._history.get((topic, partition))
         return seen[-1][0] if seen else None
 
     def age_ms(self, topic: str, partition: int, offset: int, now: float) -> int:
         """Milliseconds since an end offset past ``offset`` was first seen (0 if none)."""
-        seen = self._history.get(TopicPartition(topic, partition))
+        seen = self._history.get((topic, partition))
         if not seen or seen[-1][0] <= offset:
             return 0
         first = next((at for end, at in seen if end > offset), seen[0][1])
