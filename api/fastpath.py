@@ -50,6 +50,8 @@ _KEYS = "/keys/"
 _FORWARDED = FORWARDED_HEADER.lower().encode("latin-1")
 _CHANGES = "/changes"
 _OPTIONS = frozenset({"consistent_with", "timeout_ms", "max_lag_records", "max_lag_ms"})
+#: a read's options when it gives none (never changed: shared by every such read)
+_NO_OPTIONS = ReadOptions()
 
 
 class KeyReads:
@@ -177,7 +179,7 @@ def read_options(query_string: bytes) -> ReadOptions | None:
     """The consistency parameters of a query string, or None when it holds anything else
     (or a value the FastAPI route would refuse: FastAPI answers those)."""
     if not query_string:
-        return ReadOptions()
+        return _NO_OPTIONS
     try:
         pairs = parse_qsl(query_string.decode("latin-1"), strict_parsing=True)
     except ValueError:

@@ -38,7 +38,7 @@ class Window:
         return {"start": self.start, "end": self.end, "value": self.value}
 
 
-@dataclass(frozen=True)
+@dataclass
 class LocalCopy:
     """An open partition database of this worker and what kind of copy it is."""
 

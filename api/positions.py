@@ -33,7 +33,7 @@ from tables.positions import Lineage, Position
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ReadPosition:
     """The ``position`` of a read's answer."""
 

@@ -122,7 +122,7 @@ class Consistency:
 NO_CONSISTENCY = Consistency()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ReadOptions:
     """A key read's consistency parameters, as the request gave them."""
 
@@ -140,7 +140,7 @@ class ReadOptions:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class KeyQuery:
     """A validated key read."""
 
@@ -175,7 +175,7 @@ class KeyQuery:
         return params
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Answer:
     """A key read's answer: status and JSON body (which names who served it)."""
 
