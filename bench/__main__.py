@@ -64,6 +64,7 @@ class Run:
     def attempt(self, section: str, step: Callable[[], Outcome | None]) -> None:
         """Run one scenario; a failure is noted and the run goes on."""
         self.say(f"{section} ...")
+        ticks = machine.cpu_ticks()
         try:
             outcome = step()
         except Exception as error:
@@ -76,6 +77,13 @@ class Run:
             return
         if outcome is not None:
             self.record(section, outcome)
+        stolen = machine.steal_share(ticks, machine.cpu_ticks())
+        if stolen is not None:
+            self.notes.setdefault(section, []).append(
+                f"Steal time during this step: {stolen:.1%} of the machine's CPU time "
+                "(`/proc/stat`: the hypervisor ran others on this machine's cores; figures "
+                "of a step with much of it understate what the code does)."
+            )
 
 
 def stream_scenarios(run: Run, kafka: BenchKafka, size: Sizes) -> None:

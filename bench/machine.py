@@ -79,9 +79,33 @@ def facts(kafka_version: str) -> dict[str, Any]:
         "uncommitted_changes": _uncommitted(),
         "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "cpu_ticks_start": cpu_ticks(),
     }
 
 
 def finish(machine: dict[str, Any], elapsed_s: float) -> None:
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     machine["run_s"] = round(elapsed_s, 1)
+    machine["steal_share"] = steal_share(machine.pop("cpu_ticks_start", None), cpu_ticks())
+
+
+def cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int] | None:
+    """(steal, all) CPU ticks of every core since boot, or None where the kernel does not
+    say. Steal is time the hypervisor gave this machine's virtual CPUs to others."""
+    try:
+        fields = Path(stat).read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is counted in user)
+    ticks = [int(v) for v in fields[1:9]]
+    return ticks[7], sum(ticks)
+
+
+def steal_share(before: Any, after: tuple[int, int] | None) -> float | None:
+    """The share of the machine's CPU time stolen between two :func:`cpu_ticks`."""
+    if not before or after is None:
+        return None
+    elapsed = after[1] - before[1]
+    return round((after[0] - before[0]) / elapsed, 4) if elapsed > 0 else None

@@ -222,7 +222,14 @@ def machine_line(machine: Mapping[str, Any]) -> str:
         f"{machine.get('pyspark')}. Load average (1, 5, 15 min) at the start "
         f"{machine.get('loadavg_start')}, at the end {machine.get('loadavg_end')}: other "
         "work shares this machine, so figures move between runs."
+        + _steal_text(machine.get("steal_share"))
     )
+
+
+def _steal_text(share: float | None) -> str:
+    if share is None:
+        return ""
+    return f" Steal time over the run: {share:.1%} of the machine's CPU time."
 
 
 def markdown(

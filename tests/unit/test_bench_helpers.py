@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from bench import report
+from bench import machine, report
 from bench.progress import processed
 from bench.scenarios.restore import restores_in
 from bench.scenarios.runs import median_run
@@ -138,3 +140,20 @@ def test_a_ceiling_is_its_median_run_with_every_run_kept() -> None:
     assert found["run"] == 2
     assert found["events_per_s"] == 180_000.0
     assert found["runs_events_per_s"] == rates
+
+
+def test_steal_is_read_from_proc_stat_and_shared_over_all_ticks(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 50 0 25 400 5 0 2 18 0 0\n")
+    before = machine.cpu_ticks(str(stat))
+    assert before == (35, 1000)
+    stat.write_text("cpu  300 0 100 1300 10 0 5 85 0 0\n")
+    after = machine.cpu_ticks(str(stat))
+    assert after == (85, 1800)
+    assert machine.steal_share(before, after) == pytest.approx(50 / 800)
+    assert machine.steal_share(None, after) is None
+    assert machine.steal_share(after, after) is None  # no time passed
+    stat.write_text("intr 1 2 3\n")
+    assert machine.cpu_ticks(str(stat)) is None
+    assert machine.cpu_ticks(str(tmp_path / "absent")) is None
+    assert "Steal time over the run: 6.2%" in report.machine_line({"steal_share": 0.0625})
