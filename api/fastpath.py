@@ -63,17 +63,12 @@ class KeyReads:
         self._latency: dict[str, Any] = {}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["method"] != "GET"
-            or not scope["path"].startswith(_PREFIX)
-            or scope["path"].endswith(_CHANGES)
-        ):
+        if scope["type"] != "http" or scope["method"] != "GET":
             await self.api(scope, receive, send)
             return
         started = time.perf_counter()
         read = self.plain_read(scope["path"], scope["query_string"], scope["headers"])
-        if read is None:
+        if read is None:  # not a plain key read (plain_read checks the path)
             await self.api(scope, receive, send)
             return
         status, body, headers = await self.answer(*read)
