@@ -38,13 +38,17 @@ CONNECTOR = "spark-sql-kafka-0-10"
 #: The job's scheduler pools (one per thread that submits Spark jobs).
 SCHEDULER_POOLS = Path(__file__).resolve().parent / "fairscheduler.xml"
 #: With a byte limit on the Arrow batches that go to the Python workers, Spark measures
-#: the batch after every row it adds (``BatchedPythonArrowInput``; 64 MB by default): in the bench's
-#: recompute that took 13% of the JVM's samples. Only ``Int.MaxValue`` turns the check
-#: off; a batch is then bounded by ``spark.sql.execution.arrow.maxRecordsPerBatch``
-#: (10,000 records, Spark's default), as it was before Spark had the byte limit. An
-#: operator whose records are large sets a limit with ``--conf``.
+#: the batch after every row it adds (``BatchedPythonArrowInput``; 64 MB by default):
+#: in the bench's recompute that took 13% of the JVM's samples. Only ``Int.MaxValue``
+#: turns the check off; the job's own record limit then bounds a batch (docs/operations.md
+#: gives the memory that makes). An operator whose records are large sets a byte limit
+#: with ``--conf``.
 ARROW_MAX_BYTES_KEY = "spark.sql.execution.arrow.maxBytesPerBatch"
 NO_ARROW_BYTE_LIMIT = 2**31 - 1
+#: Records per Arrow batch (one replay cycle each): set, not left to Spark's default, since
+#: it is the only bound of a batch's memory once the byte limit is off.
+ARROW_MAX_RECORDS_KEY = "spark.sql.execution.arrow.maxRecordsPerBatch"
+ARROW_MAX_RECORDS = 10_000
 
 
 class SparkSetupError(RuntimeError):
@@ -283,6 +287,7 @@ def build_session(
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config(ARROW_MAX_BYTES_KEY, str(NO_ARROW_BYTE_LIMIT))
+        .config(ARROW_MAX_RECORDS_KEY, str(ARROW_MAX_RECORDS))
     )
     if SCHEDULER_POOLS.is_file():
         builder = builder.config("spark.scheduler.allocation.file", str(SCHEDULER_POOLS))
