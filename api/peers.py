@@ -1,4 +1,5 @@
-"""Calls to the other workers of the group: one pooled aiohttp client, short timeouts.
+"""Calls to the other workers of the group, with short timeouts: forwarded reads through
+the lean pooled client of :mod:`api.peerhttp`, change streams through aiohttp's.
 
 Every call carries the marker header :data:`FORWARDED_HEADER` (a worker that receives it
 answers from its own copies only, so a read is forwarded at most once) and the API token
@@ -17,6 +18,7 @@ import orjson
 from yarl import URL
 
 from api.metrics import FORWARDS
+from api.peerhttp import PeerClient, PeerHTTPError
 
 logger = logging.getLogger(__name__)
 
@@ -33,12 +35,11 @@ def quote_segment(segment: str) -> str:
 
 @dataclass(frozen=True)
 class PeerAnswer:
-    """What a peer answered: status, decoded JSON body and its headers."""
+    """What a peer answered: status and decoded JSON body."""
 
     url: str
     status: int
     body: Any
-    headers: dict[str, str]
 
 
 class Peers:
@@ -49,6 +50,7 @@ class Peers:
         self.token = token
         self.timeout = timeout
         self._session: aiohttp.ClientSession | None = None
+        self._reads = PeerClient(self._headers(), connect_s=min(0.5, timeout))
         #: the forwards counter of each (purpose, outcome), looked up once
         self._forwards: dict[tuple[str, str], Any] = {}
 
@@ -78,16 +80,10 @@ class Peers:
         cannot be reached or does not answer in time (``wait`` seconds more than the
         usual timeout for a read that may wait for a position)."""
         query = urlencode({k: v for k, v in params.items() if v is not None})
-        target = URL(f"{base}{path}" + (f"?{query}" if query else ""), encoded=True)
-        timeout = aiohttp.ClientTimeout(total=self.timeout + wait) if wait else None
+        target = f"{path}?{query}" if query else path
         try:
-            async with self._client().get(
-                target, allow_redirects=False, timeout=timeout
-            ) as response:
-                raw = await response.read()
-                headers = dict(response.headers)
-                status = response.status
-        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+            status, raw = await self._reads.get(base, target, self.timeout + wait)
+        except (TimeoutError, PeerHTTPError) as error:
             outcome = "timeout" if isinstance(error, TimeoutError) else "unreachable"
             self._count(purpose, outcome)
             logger.debug("peer %s %s: %s", base, outcome, error)
@@ -97,7 +93,7 @@ class Peers:
         except orjson.JSONDecodeError:
             body = None
         self._count(purpose, str(status))
-        return PeerAnswer(base, status, body, headers)
+        return PeerAnswer(base, status, body)
 
     def _count(self, purpose: str, outcome: str) -> None:
         counter = self._forwards.get((purpose, outcome))
@@ -137,6 +133,7 @@ class Peers:
         return response
 
     async def close(self) -> None:
+        self._reads.close()
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -420,7 +420,7 @@ class Queries:
             if local is not None:
                 if copy.offset_lag == 0:
                     return local
-                candidates.append(PeerAnswer(self.routing.own_url, local.status, local.body, {}))
+                candidates.append(PeerAnswer(self.routing.own_url, local.status, local.body))
         return await self._from_peers(query, owner, candidates, deadline)
 
     async def _ask(

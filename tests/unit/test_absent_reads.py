@@ -114,7 +114,7 @@ def test_a_value_a_lagging_copy_holds_is_answered_with_its_lag() -> None:
 
 def test_the_active_copy_answers_absent() -> None:
     assert read(queries(Copy("active", 0, {}), "http://me", {})).status == 404
-    owner_says = PeerAnswer("http://owner", 404, {"replica": "active", "offset_lag": 0}, {})
+    owner_says = PeerAnswer("http://owner", 404, {"replica": "active", "offset_lag": 0})
     answer = read(queries(Copy("standby", 0, {}), "http://owner", {"http://owner": owner_says}))
     assert (answer.status, answer.body["replica"]) == (404, "active")
 

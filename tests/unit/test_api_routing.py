@@ -71,7 +71,7 @@ def test_cursor_round_trips_and_refuses_another_scan() -> None:
 
 
 def answer(status: int, replica: str, lag: int | None, url: str = "u") -> PeerAnswer:
-    return PeerAnswer(url, status, {"replica": replica, "offset_lag": lag}, {})
+    return PeerAnswer(url, status, {"replica": replica, "offset_lag": lag})
 
 
 def test_best_answer_prefers_active_then_least_lag_then_found() -> None:
@@ -84,8 +84,8 @@ def test_best_answer_prefers_active_then_least_lag_then_found() -> None:
 
 
 def test_answers_without_a_copy_are_not_usable() -> None:
-    refused = PeerAnswer("a", 421, {"detail": "no copy"}, {})
-    failed = PeerAnswer("b", 503, {"detail": "x"}, {})
+    refused = PeerAnswer("a", 421, {"detail": "no copy"})
+    failed = PeerAnswer("b", 503, {"detail": "x"})
     assert best_answer([None, refused, failed]) is None
     assert not relayable(refused)
     assert not relayable(failed)
@@ -154,9 +154,9 @@ def test_an_absent_key_is_an_answer_only_from_the_active_copy() -> None:
 
 
 def test_no_window_in_a_range_is_absent_too() -> None:
-    empty = PeerAnswer("a", 200, {"replica": "standby", "offset_lag": 0, "windows": []}, {})
+    empty = PeerAnswer("a", 200, {"replica": "standby", "offset_lag": 0, "windows": []})
     assert best_answer([empty]) is None
-    held = PeerAnswer("b", 200, {"replica": "standby", "offset_lag": 1, "windows": [{}]}, {})
+    held = PeerAnswer("b", 200, {"replica": "standby", "offset_lag": 1, "windows": [{}]})
     assert best_answer([empty, held]) is held
-    none_here = PeerAnswer("c", 200, {"replica": "active", "offset_lag": 0, "windows": []}, {})
+    none_here = PeerAnswer("c", 200, {"replica": "active", "offset_lag": 0, "windows": []})
     assert best_answer([empty, none_here]) is none_here

@@ -78,7 +78,7 @@ class Peers:
         self.asked.append((base, params.get("timeout_ms"), wait))
         if base == "http://new":
             body = {"replica": "active", "offset_lag": 0, "value": {"new": True}}
-            return PeerAnswer(base, 200, body, {})
+            return PeerAnswer(base, 200, body)
         return None
 
 
