@@ -50,6 +50,8 @@ class DeferredApi(Service):
         self.host = host
         self.port = port
         self.sock = sock
+        #: set once the API's server has started
+        self.serving = asyncio.Event()
 
     async def on_start(self) -> None:
         self.add_future(self._serve())
@@ -74,6 +76,7 @@ class DeferredApi(Service):
             beacon=self.beacon,
         )
         await self.add_runtime_dependency(server)
+        self.serving.set()
 
     @property
     def label(self) -> str:

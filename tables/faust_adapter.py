@@ -63,9 +63,10 @@ from aiokafka.errors import (
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 from faust import stores as faust_stores
+from faust.exceptions import ConsistencyError
 from faust.stores.rocksdb import Store as RocksStore
 from faust.tables import TableManager
-from faust.tables.recovery import Recovery
+from faust.tables.recovery import E_PERSISTED_OFFSET, RebalanceAgain, Recovery, ServiceStopped
 from faust.transport.consumer import Fetcher
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import tuples as faust_tuples
@@ -990,6 +991,11 @@ class TrackedRecovery(Recovery):
         self.untracked_records = 0
         #: changelog records fetched before their partition was sought again, skipped
         self.stale_records = 0
+        #: the standby partitions of the current assignment, started after "Worker ready"
+        self._deferred_standbys: list[tuple[Any, Any]] = []
+        #: what the standby start waits for once the worker is ready, at most
+        #: ``standbys_wait_s`` (the composition root: the HTTP API serving)
+        self.standbys_after: Callable[[], Awaitable[Any]] | None = None
 
     async def on_start(self) -> None:
         await super().on_start()
@@ -1000,6 +1006,82 @@ class TrackedRecovery(Recovery):
     async def _warm_up(self) -> None:
         with contextlib.suppress(Exception):  # not reachable yet: the recovery tries again
             await self._ends_consumer()
+
+    # -- standby partitions start after the worker is ready ----------------------------------
+    #
+    # faust reads each standby partition's persisted offset when the assignment comes,
+    # which opens its RocksDB database (about 12 ms of CPU after a kill -9, holding the
+    # GIL: rocksdict opens in the calling thread), then seeks the standbys before it says
+    # "Worker ready". A standby serves no write and no read that an active copy can serve,
+    # so a restart or a rebalance need not wait for them: faust's recovery sees only the
+    # actives, and the standbys are added, sought and resumed once the worker is ready and
+    # (at a start) its HTTP API serves, whose import in a thread the opens would hold up.
+
+    #: Longest wait for ``standbys_after`` before the standbys start anyway.
+    standbys_wait_s = 10.0
+
+    def add_standby(self, table: Any, tp: Any) -> None:
+        self._deferred_standbys.append((table, tp))
+
+    async def on_rebalance(
+        self, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0
+    ) -> None:
+        self._deferred_standbys = []
+        await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+
+    async def on_recovery_completed(self, generation_id: int = 0) -> None:
+        await super().on_recovery_completed(generation_id)
+        deferred, self._deferred_standbys = self._deferred_standbys, []
+        if deferred and self._current(generation_id):
+            self.add_future(self._start_standbys(deferred, generation_id))
+
+    def _current(self, generation_id: int) -> bool:
+        """Whether the assignment of ``generation_id`` still holds (no rebalance since)."""
+        app = self.app
+        return not app.rebalancing and app.consumer_generation_id == generation_id
+
+    async def _start_standbys(self, deferred: list[tuple[Any, Any]], generation_id: int) -> None:
+        """faust's standby start for the partitions of one assignment, after the worker
+        is ready; given up when the group rebalances meanwhile (the next assignment
+        starts its own)."""
+        if self.standbys_after is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.standbys_after(), self.standbys_wait_s)
+        started = time.monotonic()
+        tps = set()
+        for table, tp in deferred:
+            if not self._current(generation_id):
+                return
+            super().add_standby(table, tp)  # opens the partition's database
+            tps.add(tp)
+            await asyncio.sleep(0)  # reads and cycles go on between two databases
+        consumer = self.app.consumer
+        timeout = self.app.conf.broker_request_timeout
+        offsets, highwaters = self.standby_offsets, self.standby_highwaters
+        try:
+            await self._wait(self._build_offsets(consumer, tps, offsets, "standby"), timeout)
+            await self._wait(self._seek_offsets(consumer, tps, offsets, "standby"), timeout)
+            await self._wait(self._build_highwaters(consumer, tps, highwaters, "standby"), timeout)
+        except (RebalanceAgain, ServiceStopped):
+            return
+        if not self._current(generation_id):
+            return
+        if self.app.conf.recovery_consistency_check:
+            for tp in tps:
+                offset, highwater = offsets[tp], highwaters.get(tp)
+                if offset and highwater and offset > highwater:
+                    await self.crash(
+                        ConsistencyError(E_PERSISTED_OFFSET.format(tp, offset, highwater))
+                    )
+                    return
+        consumer.resume_partitions(tps)
+        self.app.flow_control.resume()
+        consumer.resume_flow()
+        logger.info(
+            "standby partitions started after the worker was ready: %d in %.2f s",
+            len(tps),
+            time.monotonic() - started,
+        )
 
     def count(self, table_name: str, *, active: bool) -> None:
         """Called once per changelog record that recovery hands to a table."""

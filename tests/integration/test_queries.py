@@ -258,6 +258,18 @@ def test_metadata_places_each_partition_once_active_and_once_standby(cluster: Cl
     assert names["word_counts"]["changelog_topic"] == WORDS_TOPIC
 
 
+def test_standby_partitions_start_only_once_the_worker_is_ready(cluster: Cluster) -> None:
+    # A worker's readiness waits for its active copies only: faust's recovery never starts
+    # the standbys (its "Starting standby partitions..." step), they start after "Worker
+    # ready". That they then catch up is shown by the failover test's fresh standbys.
+    for worker in cluster.workers:
+        log = worker.log_text()
+        assert "Starting standby partitions" not in log
+        ready = log.find("Worker ready")
+        started = log.find("standby partitions started after the worker was ready")
+        assert 0 <= ready < started, worker.log_tail()
+
+
 def test_token_is_required_on_tables_and_metadata(cluster: Cluster) -> None:
     url = cluster.workers[0].url
     for path in ("/tables", "/tables/word_counts/keys/the", "/metadata", "/tables/x/keys"):
