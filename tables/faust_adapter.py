@@ -1059,9 +1059,9 @@ class TrackedRecovery(Recovery):
         timeout = self.app.conf.broker_request_timeout
         offsets, highwaters = self.standby_offsets, self.standby_highwaters
         try:
+            await self._wait(self._build_highwaters(consumer, tps, highwaters, "standby"), timeout)
             await self._wait(self._build_offsets(consumer, tps, offsets, "standby"), timeout)
             await self._wait(self._seek_offsets(consumer, tps, offsets, "standby"), timeout)
-            await self._wait(self._build_highwaters(consumer, tps, highwaters, "standby"), timeout)
         except (RebalanceAgain, ServiceStopped):
             return
         if not self._current(generation_id):
@@ -1119,8 +1119,11 @@ class TrackedRecovery(Recovery):
                 len(tps),
                 sum(max(0, v + 1) for tp, v in destination.items() if tp in tps),
             )
-        if title == "active" and tps:
-            await self._bulk_restore(destination, starts)
+        # A partition far behind (an active restoring; a standby new here, or back after
+        # a while) reads its tail in large fetches, not through faust's queue.
+        active = title == "active"
+        highwaters = self.active_highwaters if active else self.standby_highwaters
+        await self._bulk_restore(tps, destination, highwaters, starts, active=active)
 
     async def _build_highwaters(
         self, consumer: Any, tps: Any, destination: Any, title: str
@@ -1200,10 +1203,10 @@ class TrackedRecovery(Recovery):
             return str(settings.bootstrap_servers)
         return ",".join(f"{u.host}:{u.port or 9092}" for u in self.app.conf.broker)
 
-    def _bulk_tables(self) -> dict[Any, Any]:
-        """Active changelog partitions whose table keeps its data in RocksDB."""
+    def _bulk_tables(self, tps: Iterable[Any]) -> dict[Any, Any]:
+        """The changelog partitions of ``tps`` whose table keeps its data in RocksDB."""
         tables: dict[Any, Any] = {}
-        for tp in self.active_tps:
+        for tp in tps:
             table = self.tp_to_table.get(tp)
             store = getattr(table, "data", None)
             if (
@@ -1215,14 +1218,23 @@ class TrackedRecovery(Recovery):
         return tables
 
     async def _bulk_restore(
-        self, offsets: MutableMapping[Any, Any], log_starts: Mapping[KafkaTP, int] | None
+        self,
+        tps: Iterable[Any],
+        offsets: MutableMapping[Any, Any],
+        highwaters_of: Mapping[Any, Any],
+        log_starts: Mapping[KafkaTP, int] | None,
+        *,
+        active: bool = True,
     ) -> None:
-        """Read the active partitions' tails in bulk, from the offset each partition's
-        database holds (or the log start, if later): ``offsets`` may be ahead of it by
-        records faust has buffered but not written, which :class:`EngineTable` then
-        leaves out, as the bulk read writes them first."""
-        tables = self._bulk_tables()
-        highwaters = {tp: self.active_highwaters.get(tp) for tp in tables}
+        """Read the tails of ``tps`` in bulk, up to ``highwaters_of``, from the offset each
+        partition's database holds (or the log start, if later): ``offsets`` may be ahead
+        of it by records faust has buffered but not written, which :class:`EngineTable`
+        then leaves out, as the bulk read writes them first. ``active``: the partitions
+        are the assignment's active ones (restored before the worker is ready), else its
+        standbys (copied after)."""
+        what = "bulk restore" if active else "bulk standby copy"
+        tables = self._bulk_tables(tps)
+        highwaters = {tp: highwaters_of.get(tp) for tp in tables}
         starts = {}
         for tp, table in tables.items():
             held = persisted_offset(table, tp)
@@ -1249,10 +1261,10 @@ class TrackedRecovery(Recovery):
                 consumer.seek(ktp, plan[tp][0])
             while remaining:
                 if self.should_stop or self.signal_recovery_start.is_set():
-                    logger.info("bulk restore abandoned: rebalance or stop")
+                    logger.info("%s abandoned: rebalance or stop", what)
                     return
                 if time.monotonic() - started > budget:
-                    logger.info("bulk restore stopped at its %.0f s budget", budget)
+                    logger.info("%s stopped at its %.0f s budget", what, budget)
                     return
                 fetched = await consumer.getmany(
                     timeout_ms=self.bulk_poll_ms, max_records=self.bulk_max_records
@@ -1268,8 +1280,11 @@ class TrackedRecovery(Recovery):
                         n = write_run(table.data, tp.partition, run, run[-1].offset)
                         offsets[tp] = run[-1].offset
                         read += n
-                        self._records_now += n
-                        self.stats.records_by_table[table.name] += n
+                        if active:
+                            self._records_now += n
+                            self.stats.records_by_table[table.name] += n
+                        else:
+                            self.stats.standby_records += n
                 for ktp, (tp, end) in list(remaining.items()):
                     position = await consumer.position(ktp)
                     if position >= end:
@@ -1282,17 +1297,19 @@ class TrackedRecovery(Recovery):
                         del remaining[ktp]
         finally:
             elapsed = time.monotonic() - started
-            self.stats.bulk_records += read
-            self.stats.bulk_duration_s += elapsed
             rate = read / elapsed if elapsed > 0 else 0.0
             logger.info(
-                "bulk restore: %d changelog records of %d partitions in %.3f s (%.0f records/s)",
+                "%s: %d changelog records of %d partitions in %.3f s (%.0f records/s)",
+                what,
                 read,
                 len(plan),
                 elapsed,
                 rate,
             )
-            self._bulk_carry = (self._generation_id, self._records_now, self.stats.started_at)
+            if active:
+                self.stats.bulk_records += read
+                self.stats.bulk_duration_s += elapsed
+                self._bulk_carry = (self._generation_id, self._records_now, self.stats.started_at)
             with contextlib.suppress(Exception):
                 await consumer.stop()
 

@@ -10,6 +10,7 @@ import asyncio
 import random
 import re
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from agents.sales import SALES_BY_CATEGORY
+from api.peers import FORWARDED_HEADER
 from streams.compile import repartition_topic
 from tests.support.kafka import LocalKafka, local_kafka
 from tests.support.kafka_io import (
@@ -288,6 +290,47 @@ def test_restore_reads_the_whole_changelog_when_empty_and_only_the_tail_when_int
         no_agent_crashed(a)
     finally:
         a.stop()
+
+
+def test_a_joining_worker_copies_its_standbys_in_bulk_after_it_is_ready(
+    kafka: LocalKafka, tmp_path: Path
+) -> None:
+    reset_topics(kafka)
+    events = item_events(150, seed=7)
+    want = expected_inventory(events)
+    a = Worker(kafka, tmp_path / "a").start()
+    b = Worker(kafka, tmp_path / "b")
+    try:
+        a.wait_ready()
+        produce_workload(kafka, events, LINES)
+        wait_for(lambda: changelog_state(kafka.bootstrap, "inventory") == want, 90)
+        b.start()  # empty data dir: every partition it holds is copied from its changelog
+        b.wait_ready()
+
+        def standbys_caught_up() -> bool:
+            status, report = b.get("/internal/console/worker")
+            if status != 200:
+                return False
+            lags = [c["changelog_lag"] for c in report["copies"] if c["replica"] == "standby"]
+            return bool(lags) and all(lag == 0 for lag in lags)
+
+        wait_for(standbys_caught_up, 60)
+        log = b.log_text()
+        copied = [int(n) for n in re.findall(r"bulk standby copy: (\d+) changelog records", log)]
+        assert sum(copied) > 0, b.log_tail()
+        assert log.index("Worker ready") < log.index("bulk standby copy"), b.log_tail()
+        # Each of b's copies, standbys included, holds the changelog's values: a forwarded
+        # read is answered from the copy of the worker it is sent to.
+        for store, value in want.items():
+            request = urllib.request.Request(
+                f"{b.url}/tables/inventory/keys/{store.decode()}",
+                headers={FORWARDED_HEADER: a.url},
+            )
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                assert orjson.loads(answer.read())["value"] == value
+        no_agent_crashed(b)
+    finally:
+        stop_workers([b, a])
 
 
 def test_an_exactly_once_restart_restores_every_table_before_it_goes_on(
