@@ -1061,8 +1061,12 @@ class TrackedRecovery(Recovery):
         try:
             await self._wait(self._build_highwaters(consumer, tps, highwaters, "standby"), timeout)
             await self._wait(self._build_offsets(consumer, tps, offsets, "standby"), timeout)
+            if not self._current(generation_id):
+                return
             await self._wait(self._seek_offsets(consumer, tps, offsets, "standby"), timeout)
-        except (RebalanceAgain, ServiceStopped):
+        except (RebalanceAgain, ServiceStopped, IllegalStateError):
+            # A rebalance began meanwhile (IllegalStateError: a partition was revoked
+            # under the seek, as faust's own recovery expects): the next one starts anew.
             return
         if not self._current(generation_id):
             return
