@@ -566,6 +566,11 @@ async def _sources_only(consumer: Any, topics: Collection[str]) -> Any:
     return await consumer._getmany(active_partitions=wanted, timeout=BACKLOG_POLL_S)
 
 
+def assignment_holds(app: Any, generation: int | None) -> bool:
+    """Whether the group's assignment of ``generation`` still holds: no rebalance since."""
+    return not app.rebalancing and app.consumer_generation_id == generation
+
+
 async def _drain(app: Any, fetcher: Service) -> None:
     consumer = app.consumer
     engine: Engine = app.engine
@@ -592,7 +597,7 @@ async def _drain(app: Any, fetcher: Service) -> None:
                 # it ends it) or before one: the engine seeks them back. A partition with
                 # no committed offset keeps its position through faust's seek to the
                 # committed offsets, so dropped records would not come again.
-                settled = not app.rebalancing and app.consumer_generation_id == generation
+                settled = assignment_holds(app, generation)
                 positions = {}
                 for tp in consumer.assignment():
                     if tp.topic in engine.topics:
@@ -1032,13 +1037,8 @@ class TrackedRecovery(Recovery):
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         await super().on_recovery_completed(generation_id)
         deferred, self._deferred_standbys = self._deferred_standbys, []
-        if deferred and self._current(generation_id):
+        if deferred and assignment_holds(self.app, generation_id):
             self.add_future(self._start_standbys(deferred, generation_id))
-
-    def _current(self, generation_id: int) -> bool:
-        """Whether the assignment of ``generation_id`` still holds (no rebalance since)."""
-        app = self.app
-        return not app.rebalancing and app.consumer_generation_id == generation_id
 
     async def _start_standbys(self, deferred: list[tuple[Any, Any]], generation_id: int) -> None:
         """faust's standby start for the partitions of one assignment, after the worker
@@ -1050,7 +1050,7 @@ class TrackedRecovery(Recovery):
         started = time.monotonic()
         tps = set()
         for table, tp in deferred:
-            if not self._current(generation_id):
+            if not assignment_holds(self.app, generation_id):
                 return
             super().add_standby(table, tp)  # opens the partition's database
             tps.add(tp)
@@ -1061,14 +1061,14 @@ class TrackedRecovery(Recovery):
         try:
             await self._wait(self._build_highwaters(consumer, tps, highwaters, "standby"), timeout)
             await self._wait(self._build_offsets(consumer, tps, offsets, "standby"), timeout)
-            if not self._current(generation_id):
+            if not assignment_holds(self.app, generation_id):
                 return
             await self._wait(self._seek_offsets(consumer, tps, offsets, "standby"), timeout)
         except (RebalanceAgain, ServiceStopped, IllegalStateError):
             # A rebalance began meanwhile (IllegalStateError: a partition was revoked
             # under the seek, as faust's own recovery expects): the next one starts anew.
             return
-        if not self._current(generation_id):
+        if not assignment_holds(self.app, generation_id):
             return
         if self.app.conf.recovery_consistency_check:
             for tp in tps:
