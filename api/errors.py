@@ -1,11 +1,9 @@
-"""The query layer's errors, and the handlers that turn them into HTTP answers."""
+"""The query layer's errors: each carries its HTTP status, headers and JSON answer (the
+FastAPI app's handler, in api/app.py, and the lean key-read path answer with them)."""
 
 from __future__ import annotations
 
 from typing import Any
-
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 
 
 class QueryError(Exception):
@@ -97,12 +95,3 @@ class KafkaUnavailable(QueryError):
 
     def __init__(self, detail: str, retry_after: int = 2) -> None:
         super().__init__(detail, {"Retry-After": str(retry_after)})
-
-
-async def _handle(request: Request, error: Exception) -> JSONResponse:
-    assert isinstance(error, QueryError)
-    return JSONResponse(error.body(), error.status, headers=error.headers)
-
-
-def register_handlers(api: FastAPI) -> None:
-    api.add_exception_handler(QueryError, _handle)

@@ -135,18 +135,21 @@ class StreamstateApp(EngineApp):
             )
             # The worker CLI has set web_host/web_port by now; they are the canonical URL.
             # The process took that port at its start (app/listen.py).
+            tables: Any = self.tables  # a StreamstateTableManager
+            # FastAPI's modules are imported once the worker is ready: a restarted
+            # worker answers /ready and key reads without them.
             api = DeferredApi(
                 self.view(),
                 host=self.conf.web_host,
                 port=self.conf.web_port,
                 sock=listen.take(self.conf.web_host, self.conf.web_port),
+                full_api_after=tables.recovery.recovered.wait,
                 loop=self.loop,
                 beacon=self.beacon,
             )
             deps.append(api)
             # Standby databases open once reads are served: the opens hold the GIL that
             # the API's import in a thread needs.
-            tables: Any = self.tables  # a StreamstateTableManager
             tables.recovery.standbys_after = api.serving.wait
         return deps
 

@@ -1,4 +1,5 @@
-"""Serve the FastAPI app with uvicorn on the worker's own event loop.
+"""Serve the worker's API (api/front.py, then the FastAPI app) with uvicorn on the
+worker's own event loop.
 
 The server is a child service of the faust app that starts with the app, before
 table recovery, so that ``/health`` and ``/ready`` answer during a long restore

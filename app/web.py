@@ -1,26 +1,34 @@
-"""The worker's web server: the HTTP API, imported off the event loop, and the stand-in
-that keeps faust's own web stack from starting.
+"""The worker's web server: the HTTP API, imported off the event loop in two steps, and
+the stand-in that keeps faust's own web stack from starting.
 
-FastAPI, pydantic's models of the routes and the HTTP client for forwarded reads take
-about a third of the CPU a worker spends importing its modules. Imported at start, that
-time would come before the worker joins its group; imported in a thread once the worker
-runs, it overlaps with the join and the restore, which mostly wait for the brokers. The
-port is taken at the process's start (app/listen.py), and answered "starting" until the
-API takes it over.
+The port is taken at the process's start (app/listen.py), and answered "starting" until
+the API takes it over. The API's modules are imported in a thread, so that the import
+overlaps with the join and the restore, which mostly wait for the brokers, in two steps:
+first the lean part (uvicorn, the key-read path, the query layer: api/front.py), which
+serves key reads, ``/health`` and ``/ready`` as soon as it is imported; then FastAPI and
+the models of its routes, about half a second of CPU, once the worker is ready (or
+:data:`FULL_API_AFTER_S` after the lean part serves, if it is not ready by then), so
+that a restarted worker does not spend that CPU before it can say it is ready.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import importlib
 import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mode import Service
 
 from app import listen
 from tables.membership import WorkerView
+
+#: How long after the lean part of the API serves the FastAPI app is imported, if the
+#: worker is not ready before.
+FULL_API_AFTER_S = 2.0
 
 
 class LegacyWebDisabled(Service):
@@ -33,8 +41,9 @@ class LegacyWebDisabled(Service):
 
 
 class DeferredApi(Service):
-    """Starts the HTTP API (``app.server.ApiServer`` over ``api.create_api``) as a child
-    service once its modules have been imported in a thread."""
+    """Starts the HTTP API (``app.server.ApiServer`` over ``api.front.FrontApp``) as a
+    child service once its lean modules have been imported in a thread, and hands the
+    front app the FastAPI app (``api.create_api``) once the worker is ready."""
 
     def __init__(
         self,
@@ -43,6 +52,7 @@ class DeferredApi(Service):
         host: str,
         port: int,
         sock: socket.socket | None,
+        full_api_after: Callable[[], Awaitable[Any]] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -50,25 +60,31 @@ class DeferredApi(Service):
         self.host = host
         self.port = port
         self.sock = sock
-        #: set once the API's server has started
+        #: what the FastAPI app's import waits for, at most FULL_API_AFTER_S (the
+        #: composition root: the worker's first recovery completed)
+        self.full_api_after = full_api_after
+        #: set once the API's server has started (key reads, /health and /ready)
         self.serving = asyncio.Event()
 
     async def on_start(self) -> None:
         self.add_future(self._serve())
 
     async def _serve(self) -> None:
-        await asyncio.to_thread(importlib.import_module, "app.server")
+        for module in ("app.server", "api.front"):
+            await asyncio.to_thread(importlib.import_module, module)
         # What the import allocated lives as long as the worker, like the rest of the
         # start-up: out of the collector's way (app.main froze the rest).
         gc.freeze()
-        from api import create_api
+        from api.core import ApiCore
+        from api.front import FrontApp
         from app.server import ApiServer
 
-        api = create_api(self.worker)
+        core = ApiCore(self.worker)
+        front = FrontApp(core)
         if self.sock is not None:
             listen.hand_over(self.sock)
         server = ApiServer(
-            api,
+            front,
             host=self.host,
             port=self.port,
             sock=self.sock,
@@ -77,6 +93,14 @@ class DeferredApi(Service):
         )
         await self.add_runtime_dependency(server)
         self.serving.set()
+        if self.full_api_after is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.full_api_after(), FULL_API_AFTER_S)
+        await asyncio.to_thread(importlib.import_module, "api.app")
+        gc.freeze()
+        from api.app import create_api
+
+        front.attach(create_api(self.worker, core))
 
     @property
     def label(self) -> str:

@@ -1001,6 +1001,8 @@ class TrackedRecovery(Recovery):
         #: what the standby start waits for once the worker is ready, at most
         #: ``standbys_wait_s`` (the composition root: the HTTP API serving)
         self.standbys_after: Callable[[], Awaitable[Any]] | None = None
+        #: set once the first recovery has completed ("Worker ready")
+        self.recovered = asyncio.Event()
 
     async def on_start(self) -> None:
         await super().on_start()
@@ -1036,6 +1038,7 @@ class TrackedRecovery(Recovery):
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         await super().on_recovery_completed(generation_id)
+        self.recovered.set()
         deferred, self._deferred_standbys = self._deferred_standbys, []
         if deferred and assignment_holds(self.app, generation_id):
             self.add_future(self._start_standbys(deferred, generation_id))
