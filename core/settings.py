@@ -85,6 +85,12 @@ class Settings(BaseSettings):
     #: at least a second: a worker started again at once takes its port (app/listen.py)
     #: after Python has imported faust, about half a second of CPU, and is not removed.
     evict_dead_members: bool = True
+    #: A static member that stops (SIGTERM) leaves its group once its last cycle is
+    #: committed, as its consumer closes (LeaveGroup v3 naming its instance id): the group
+    #: hands its partitions on at once, instead of after its peers' probes or its session.
+    #: False keeps them waiting for it, so that a restart in place takes them back with no
+    #: rebalance (a kill -9 never leaves).
+    leave_group_on_stop: bool = True
     dead_member_probes: int = Field(3, ge=1)
     #: A state the Kafka client logs as an error but the worker waits out (a coordinator
     #: not available yet, a rebalance) is logged at INFO until it has lasted this long,

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter, deque
@@ -54,10 +55,12 @@ import faust
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as KafkaTP
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import ConnectionGroup
 from aiokafka.errors import (
     CommitFailedError,
     ConsumerStoppedError,
     IllegalStateError,
+    KafkaError,
     for_code,
 )
 from aiokafka.protocol.api import Request, RequestStruct, Response
@@ -166,6 +169,9 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return records
 
     async def on_thread_stop(self) -> None:
+        settings = getattr(self.consumer.app, "settings", None)
+        if self._consumer is not None and getattr(settings, "leave_group_on_stop", False):
+            leave_at_close(self._consumer)
         try:
             await super().on_thread_stop()
         except asyncio.CancelledError:
@@ -473,6 +479,41 @@ class _RemoveStaticMembers(Request[_LeaveGroupRequestV3]):  # type: ignore[misc]
 
     def build(self, request_struct_class: type[_LeaveGroupRequestV3]) -> _LeaveGroupRequestV3:
         return request_struct_class(self.group, [("", i) for i in self.instance_ids])
+
+
+def leave_at_close(consumer: AIOKafkaConsumer) -> None:
+    """Make a static member's consumer leave its group when it closes.
+
+    aiokafka's coordinator sends no LeaveGroup for a static member (KIP-345: its
+    partitions wait for it to come back); closed once every other coordinator task has
+    ended (the last commit included), this one sends LeaveGroup v3 naming the member's
+    instance id on the coordinator's own connection. A failure is logged as a warning:
+    the member is then removed by its peers' probes or when its session expires."""
+    coordinator: Any = getattr(consumer, "_coordinator", None)
+    if coordinator is None or coordinator._group_instance_id is None:
+        return
+    coordinator._maybe_leave_group = functools.partial(_leave_as_static_member, coordinator)
+
+
+async def _leave_as_static_member(coordinator: Any) -> None:
+    instance_id = coordinator._group_instance_id
+    node = coordinator.coordinator_id
+    if coordinator.generation > 0 and node is not None:
+        request = _RemoveStaticMembers(coordinator.group_id, [instance_id])
+        try:
+            response: Any = await coordinator._client.send(
+                node, request, group=ConnectionGroup.COORDINATION
+            )
+        except KafkaError as error:
+            logger.warning("leaving group %s failed (%r)", coordinator.group_id, error)
+        else:
+            codes = [response.error_code] + [member[2] for member in response.members]
+            errors = [for_code(code).__name__ for code in codes if code]
+            if errors:
+                logger.warning("leaving group %s refused: %s", coordinator.group_id, errors)
+            else:
+                logger.info("left group %s as %s", coordinator.group_id, instance_id)
+    coordinator.reset_generation()
 
 
 async def remove_static_members(

@@ -36,6 +36,7 @@ from tables.faust_adapter import (
     consumer_connected,
     consumer_position,
     fetch_mark,
+    leave_at_close,
     remove_static_members,
 )
 from tests.support.kafka import LocalKafka, local_kafka
@@ -130,6 +131,8 @@ def _parameters(function: Any) -> list[str]:
         (faust.App, "on_partitions_revoked", None),
         (faust.App, "on_partitions_assigned", None),
         (GroupCoordinator, "fetch_committed_offsets", ["self", "partitions"]),
+        (GroupCoordinator, "_maybe_leave_group", ["self"]),
+        (GroupCoordinator, "reset_generation", ["self"]),
         (faust.App, "crash", None),
         (AIOKafkaConsumer, "beginning_offsets", ["self", "partitions"]),
     ],
@@ -383,6 +386,37 @@ def test_a_static_member_is_removed_from_its_group_on_its_behalf(kafka: LocalKaf
     assert outcome["worker-a"] == "removed"
     assert outcome["nobody"] == "UnknownMemberIdError"
     assert (before, after) == (1, 0)  # gone at once, not after its 30 s session
+
+
+def test_a_static_member_leaves_its_group_when_its_consumer_closes(kafka: LocalKafka) -> None:
+    topic, group = "contract-leave", "contract-leave-group"
+    create_topics(kafka.bootstrap, {topic: 2})
+
+    async def check(leave: bool) -> tuple[int, int]:
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=kafka.bootstrap,
+            group_id=group,
+            group_instance_id="worker-a",
+            session_timeout_ms=30_000,
+        )
+        await consumer.start()
+        try:
+            while not consumer.assignment():
+                await consumer.getmany(timeout_ms=200)
+            before = await _members(kafka.bootstrap, group)
+            if leave:
+                leave_at_close(consumer)
+        finally:
+            await consumer.stop()
+        after = await _members(kafka.bootstrap, group)
+        if after:
+            await remove_static_members(kafka.bootstrap, group, ["worker-a"])
+        return before, after
+
+    # aiokafka alone keeps a static member in its group until its session expires
+    assert asyncio.run(check(leave=False)) == (1, 1)
+    assert asyncio.run(check(leave=True)) == (1, 0)
 
 
 async def _members(bootstrap: str, group: str) -> int:

@@ -333,6 +333,48 @@ def test_a_joining_worker_copies_its_standbys_in_bulk_after_it_is_ready(
         stop_workers([b, a])
 
 
+WORDS_CHANGELOG = "streamstate-word_counts-changelog"
+
+
+def active_partitions(worker: Worker, topic: str) -> dict[int, str]:
+    """Each partition of ``topic`` and the URL of its active copy, as ``worker`` sees the
+    group ({} while it cannot say)."""
+    status, body = worker.get("/metadata")
+    if status != 200:
+        return {}
+    return {p: host["url"] for host in body["hosts"] for p in host["active"].get(topic, [])}
+
+
+def test_a_worker_stopped_with_sigterm_leaves_the_group_and_its_peer_takes_over(
+    kafka: LocalKafka, tmp_path: Path
+) -> None:
+    """The stopped worker's partitions move to its peer at once. Neither the peers'
+    probes (off) nor the session (60 s) can remove it within the wait below: only its
+    own leave can."""
+    env = {"BROKER_SESSION_TIMEOUT": "60", "STREAMSTATE_EVICT_DEAD_MEMBERS": "false"}
+    reset_topics(kafka)
+    a = Worker(kafka, tmp_path / "a", extra_env=env).start()
+    b = Worker(kafka, tmp_path / "b", extra_env=env).start()
+    try:
+        a.wait_ready()
+        b.wait_ready()
+        both = {a.url, b.url}
+        wait_for(lambda: set(active_partitions(a, WORDS_CHANGELOG).values()) == both, 60)
+        assert b.stop()  # SIGTERM; stopped without being killed
+        assert f"left group streamstate as {b.url}" in b.log_text(), b.log_tail()
+
+        def all_on_a() -> dict[int, str] | None:
+            found = active_partitions(a, WORDS_CHANGELOG)
+            return found if set(found.values()) == {a.url} else None
+
+        every = wait_for(all_on_a, 30)
+        assert sorted(every) == list(range(8)), a.log_tail()
+        assert "refused" not in a.log_text()
+        no_agent_crashed(a)
+    finally:
+        stop_workers([a, b])
+
+
 def test_an_exactly_once_restart_restores_every_table_before_it_goes_on(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:
