@@ -293,6 +293,11 @@ class Engine:
         #: tasks kept through a rebalance whose offsets are not yet checked against the
         #: group's committed ones
         self._kept: set[int] = set()
+        #: exactly_once: the transactional producers of partitions an assignment brought,
+        #: opened as it comes (their start, InitProducerId, runs beside the recovery
+        #: instead of after it) and taken by the partition's task when it starts
+        self._opening: dict[int, asyncio.Future[Producer]] = {}
+        self._discards: set[asyncio.Future[None]] = set()
 
     def fail(self, reason: str) -> None:
         """Stop processing for good: a store failed (the first reason is kept)."""
@@ -742,9 +747,9 @@ class Engine:
         # exactly_once: a transactional producer of the task's own, whose start fences
         # the partition's previous owner (so the committed offsets read next are final);
         # at_least_once: the worker's idempotent producer.
-        producer = self.connector.producer(partition, transactional=self.exactly_once)
+        opening = self._opening.pop(partition, None)
         try:
-            await producer.open()
+            producer = await (opening if opening is not None else self._open_producer(partition))
         except Exception as exc:
             raise EngineFailure(f"task {partition}: its producer did not start: {exc!r}") from exc
         tps = sorted(set(self.connector.assigned(partition, self.topics)) | set(fetched))
@@ -778,6 +783,32 @@ class Engine:
             ", ".join(f"{tp.topic}={o}" for tp, o in sorted(committed.items())),
         )
 
+    async def _open_producer(self, partition: int) -> Producer:
+        producer = self.connector.producer(partition, transactional=self.exactly_once)
+        await producer.open()
+        return producer
+
+    def _open_ahead(self, partitions: Iterable[int]) -> None:
+        """Start opening the producers of ``partitions`` now (exactly_once). The previous
+        owners have ended their cycles by the time an assignment comes (the eager protocol
+        revokes before the join), and a killed one's open transaction is aborted by the
+        start, which fences it, as at a task's start."""
+        for partition in partitions:
+            if partition not in self.tasks and partition not in self._opening:
+                self._opening[partition] = asyncio.ensure_future(self._open_producer(partition))
+
+    async def _discard_opening(self, partitions: Iterable[int]) -> None:
+        """Close the producers opened ahead for ``partitions`` (taken from the ones
+        opening at the call), each once its start ends."""
+        openings = [(p, self._opening.pop(p)) for p in list(partitions) if p in self._opening]
+        for partition, opening in openings:
+            try:
+                producer = await opening
+            except Exception as exc:
+                logger.info("task %d: its producer opened ahead did not start: %r", partition, exc)
+                continue
+            await producer.close()
+
     async def suspend(self) -> None:
         """The group is rebalancing: finish the cycle in flight (its offsets committed
         under the generation that applied it) and keep every task. The eager protocol
@@ -799,6 +830,13 @@ class Engine:
                 del self.tasks[partition]
             self._kept = set(self.tasks)
             await asyncio.gather(*(task.producer.close() for task in gone.values()))
+            # Closed in the background: a start under way may take a while, and nothing
+            # here waits for it.
+            discard = self._discard_opening([p for p in self._opening if p not in partitions])
+            self._discards.add(task := asyncio.ensure_future(discard))
+            task.add_done_callback(self._discards.discard)
+            if self.exactly_once:
+                self._open_ahead(partitions)
             kept = sorted(self.tasks)
             logger.info(
                 "assignment of partitions %s: tasks %s kept, %s closed",
@@ -842,6 +880,8 @@ class Engine:
             tasks, self.tasks = self.tasks, {}
             self._kept = set()
             await asyncio.gather(*(task.producer.close() for task in tasks.values()))
+            await self._discard_opening(list(self._opening))
+            await asyncio.gather(*self._discards)
             if tasks:
                 logger.info("tasks %s closed", sorted(tasks))
 

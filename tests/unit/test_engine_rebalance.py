@@ -129,3 +129,54 @@ def test_the_partitions_a_rebalance_brings_start_their_tasks_together() -> None:
     run(engine, connector)
     assert connector.starting == [0, PARTITIONS]
     assert table.values() == dict(want)
+
+
+@dataclass
+class CountedProducer(LogProducer):
+    closed: int = 0
+
+    async def close(self) -> None:
+        self.closed += 1
+        await super().close()
+
+
+@dataclass
+class MakingConnector(LogConnector):
+    """Keeps every producer it makes, per partition."""
+
+    made: dict[int, list[CountedProducer]] = field(default_factory=dict)
+
+    def producer(self, partition: int, *, transactional: bool) -> CountedProducer:
+        producer = CountedProducer(self.log, self.fail)
+        self.made.setdefault(partition, []).append(producer)
+        return producer
+
+
+def test_an_assignment_opens_its_new_partitions_producers_for_their_tasks() -> None:
+    """exactly_once: the producers of the partitions an assignment brings start opening
+    as it comes, beside the recovery; a task takes its partition's, and one whose
+    partition the next assignment takes away is closed."""
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    lines(log, TEXTS)
+    connector = MakingConnector(log, exactly_once=True)
+    engine = word_engine(connector, table)
+
+    async def go() -> None:
+        await engine.keep({0, 1})
+        await asyncio.sleep(0)
+        assert {p: [x.opened for x in made] for p, made in connector.made.items()} == {
+            0: [1],
+            1: [1],
+        }
+        await engine.keep({0})  # partition 1 went elsewhere before its task started
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert connector.made[1][0].closed == 1
+        for _ in range(20):
+            await offer_next(engine, connector, 3)
+
+    asyncio.run(go())
+    assert engine.tasks[0].producer is connector.made[0][0]
+    assert len(connector.made[0]) == 1
+    assert connector.made[0][0].opened == 1
+    assert connector.made[0][0].closed == 0
