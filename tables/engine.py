@@ -163,6 +163,11 @@ class ServedStore(TableStore, Protocol):
         ...
 
 
+#: A producer opened ahead of its task's start, and the committed offsets read after its
+#: start ({} when they were not read).
+Opened = tuple["Producer", dict[TP, "int | None"]]
+
+
 class Producer(Protocol):
     """A task's producer: the Kafka calls the engine puts in order (:meth:`Engine._produce`).
 
@@ -294,9 +299,10 @@ class Engine:
         #: group's committed ones
         self._kept: set[int] = set()
         #: exactly_once: the transactional producers of partitions an assignment brought,
-        #: opened as it comes (their start, InitProducerId, runs beside the recovery
-        #: instead of after it) and taken by the partition's task when it starts
-        self._opening: dict[int, asyncio.Future[Producer]] = {}
+        #: opened as it comes, and then their committed offsets (final once the producer's
+        #: start has fenced the previous owner), read beside the recovery instead of after
+        #: it; taken by the partition's task when it starts under that assignment
+        self._opening: dict[int, asyncio.Future[Opened]] = {}
         self._discards: set[asyncio.Future[None]] = set()
 
     def fail(self, reason: str) -> None:
@@ -749,12 +755,18 @@ class Engine:
         # at_least_once: the worker's idempotent producer.
         opening = self._opening.pop(partition, None)
         try:
-            producer = await (opening if opening is not None else self._open_producer(partition))
+            if opening is not None:
+                producer, ahead = await opening
+            else:
+                producer, ahead = await self._open_producer(partition), {}
         except Exception as exc:
             raise EngineFailure(f"task {partition}: its producer did not start: {exc!r}") from exc
         tps = sorted(set(self.connector.assigned(partition, self.topics)) | set(fetched))
         try:
-            committed = await self.connector.committed(tps)
+            if all(tp in ahead for tp in tps):
+                committed = {tp: ahead[tp] for tp in tps}
+            else:
+                committed = await self.connector.committed(tps)
             await self.connector.seek(committed)
         except Exception as exc:
             await producer.close()
@@ -788,22 +800,36 @@ class Engine:
         await producer.open()
         return producer
 
+    async def _open_ahead_one(self, partition: int) -> Opened:
+        producer = await self._open_producer(partition)
+        tps = sorted(self.connector.assigned(partition, self.topics))
+        try:
+            committed = await self.connector.committed(tps)
+        except Exception as exc:  # read again when the task starts
+            logger.info("task %d: committed offsets not read ahead: %r", partition, exc)
+            committed = {}
+        return producer, committed
+
     def _open_ahead(self, partitions: Iterable[int]) -> None:
-        """Start opening the producers of ``partitions`` now (exactly_once). The previous
-        owners have ended their cycles by the time an assignment comes (the eager protocol
-        revokes before the join), and a killed one's open transaction is aborted by the
-        start, which fences it, as at a task's start."""
+        """Start opening the producers of ``partitions`` now (exactly_once), then reading
+        their committed offsets. The previous owners have ended their cycles by the time
+        an assignment comes (the eager protocol revokes before the join), and a killed
+        one's open transaction is aborted by the start, which fences it, as at a task's
+        start."""
         for partition in partitions:
             if partition not in self.tasks and partition not in self._opening:
-                self._opening[partition] = asyncio.ensure_future(self._open_producer(partition))
+                self._opening[partition] = asyncio.ensure_future(self._open_ahead_one(partition))
 
-    async def _discard_opening(self, partitions: Iterable[int]) -> None:
-        """Close the producers opened ahead for ``partitions`` (taken from the ones
-        opening at the call), each once its start ends."""
-        openings = [(p, self._opening.pop(p)) for p in list(partitions) if p in self._opening]
+    def _take_openings(self) -> list[tuple[int, asyncio.Future[Opened]]]:
+        openings, self._opening = list(self._opening.items()), {}
+        return openings
+
+    @staticmethod
+    async def _close_openings(openings: Iterable[tuple[int, asyncio.Future[Opened]]]) -> None:
+        """Close producers opened ahead and not taken, each once its start ends."""
         for partition, opening in openings:
             try:
-                producer = await opening
+                producer, _ = await opening
             except Exception as exc:
                 logger.info("task %d: its producer opened ahead did not start: %r", partition, exc)
                 continue
@@ -830,9 +856,10 @@ class Engine:
                 del self.tasks[partition]
             self._kept = set(self.tasks)
             await asyncio.gather(*(task.producer.close() for task in gone.values()))
-            # Closed in the background: a start under way may take a while, and nothing
-            # here waits for it.
-            discard = self._discard_opening([p for p in self._opening if p not in partitions])
+            # Every assignment opens its own: what one read ahead may be stale under the
+            # next (this worker may have been out of the group in between). Closed in the
+            # background: a start under way may take a while, and nothing here waits for it.
+            discard = self._close_openings(self._take_openings())
             self._discards.add(task := asyncio.ensure_future(discard))
             task.add_done_callback(self._discards.discard)
             if self.exactly_once:
@@ -880,7 +907,7 @@ class Engine:
             tasks, self.tasks = self.tasks, {}
             self._kept = set()
             await asyncio.gather(*(task.producer.close() for task in tasks.values()))
-            await self._discard_opening(list(self._opening))
+            await self._close_openings(self._take_openings())
             await asyncio.gather(*self._discards)
             if tasks:
                 logger.info("tasks %s closed", sorted(tasks))

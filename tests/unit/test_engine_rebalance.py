@@ -4,6 +4,7 @@ revokes every partition at every rebalance); only those assigned elsewhere close
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -142,41 +143,52 @@ class CountedProducer(LogProducer):
 
 @dataclass
 class MakingConnector(LogConnector):
-    """Keeps every producer it makes, per partition."""
+    """Keeps every producer it makes, per partition, and counts the reads of committed
+    offsets."""
 
     made: dict[int, list[CountedProducer]] = field(default_factory=dict)
+    reads: int = 0
 
     def producer(self, partition: int, *, transactional: bool) -> CountedProducer:
         producer = CountedProducer(self.log, self.fail)
         self.made.setdefault(partition, []).append(producer)
         return producer
 
+    async def committed(self, tps: Sequence[TP]) -> dict[TP, int | None]:
+        self.reads += 1
+        return await super().committed(tps)
+
 
 def test_an_assignment_opens_its_new_partitions_producers_for_their_tasks() -> None:
-    """exactly_once: the producers of the partitions an assignment brings start opening
-    as it comes, beside the recovery; a task takes its partition's, and one whose
-    partition the next assignment takes away is closed."""
+    """exactly_once: the producers of the partitions an assignment brings open as it
+    comes, and their committed offsets are read then, beside the recovery; a task takes
+    its partition's; the next assignment closes every one not taken and opens its own."""
     log, table = Log(), MemoryTable(WORD_COUNTS)
     lines(log, TEXTS)
     connector = MakingConnector(log, exactly_once=True)
     engine = word_engine(connector, table)
 
+    async def settle() -> None:
+        for _ in range(20):
+            await asyncio.sleep(0)
+
     async def go() -> None:
         await engine.keep({0, 1})
-        await asyncio.sleep(0)
+        await settle()
         assert {p: [x.opened for x in made] for p, made in connector.made.items()} == {
             0: [1],
             1: [1],
         }
+        assert connector.reads == 2
         await engine.keep({0})  # partition 1 went elsewhere before its task started
-        for _ in range(3):
-            await asyncio.sleep(0)
+        await settle()
         assert connector.made[1][0].closed == 1
+        assert connector.made[0][0].closed == 1
+        assert connector.reads == 3
         for _ in range(20):
             await offer_next(engine, connector, 3)
 
     asyncio.run(go())
-    assert engine.tasks[0].producer is connector.made[0][0]
-    assert len(connector.made[0]) == 1
-    assert connector.made[0][0].opened == 1
-    assert connector.made[0][0].closed == 0
+    producer = connector.made[0][-1]
+    assert engine.tasks[0].producer is producer
+    assert (len(connector.made[0]), producer.opened, producer.closed) == (2, 1, 0)
