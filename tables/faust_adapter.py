@@ -607,6 +607,22 @@ async def _sources_only(consumer: Any, topics: Collection[str]) -> Any:
     return await consumer._getmany(active_partitions=wanted, timeout=BACKLOG_POLL_S)
 
 
+async def _next_records(consumer: Any, wait_s: float) -> Any:
+    """faust's ``Consumer._wait_next_records``: the next fetch of the active partitions,
+    once the flow runs, waiting at most ``wait_s``. With no active partition (the flow
+    resumed, the partitions not yet), faust sleeps a whole second; this looks again after
+    :data:`BACKLOG_POLL_S`, so that a rebalance's partitions are fetched as soon as they
+    resume."""
+    if not consumer.flow_active:
+        await consumer.wait(consumer.can_resume_flow)
+    consumer.not_waiting_next_records.set()
+    active = consumer._get_active_partitions()
+    if not active:
+        await asyncio.sleep(BACKLOG_POLL_S)
+        return {}
+    return await consumer._getmany(active_partitions=active, timeout=wait_s)
+
+
 def assignment_holds(app: Any, generation: int | None) -> bool:
     """Whether the group's assignment of ``generation`` still holds: no rebalance since."""
     return not app.rebalancing and app.consumer_generation_id == generation
@@ -623,7 +639,7 @@ async def _drain(app: Any, fetcher: Service) -> None:
                 if backlog and consumer.flow_active:
                     records = await _sources_only(consumer, engine.topics)
                 else:
-                    records, _active = await consumer._wait_next_records(1.0)
+                    records = await _next_records(consumer, 1.0)
             except ConsumerStoppedError:
                 return
             await engine.tick()

@@ -81,7 +81,7 @@ def _parameters(function: Any) -> list[str]:
     ("owner", "member", "parameters"),
     [
         (Fetcher, "_fetcher", None),
-        (Consumer, "_wait_next_records", ["self", "timeout"]),
+        (Consumer, "_getmany", ["self", "active_partitions", "timeout"]),
         (Consumer, "_to_message", ["self", "tp", "record"]),
         (Consumer, "assignment", ["self"]),
         (Consumer, "pause_partitions", ["self", "tps"]),
