@@ -118,11 +118,12 @@ class ApiCore:
         self.console.start()
 
     async def stop(self) -> None:
-        await self.console.stop()
+        """Stop the background work; the clients close side by side (at a worker's stop,
+        its group's consumer closes, and the worker leaves its group, after them)."""
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
         self.hub.moved()
-        await self.ends.stop()
-        await self.producer.stop()
-        await self.peers.close()
+        await asyncio.gather(
+            self.console.stop(), self.ends.stop(), self.producer.stop(), self.peers.close()
+        )

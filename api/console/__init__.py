@@ -84,6 +84,4 @@ class Console:
 
     async def stop(self) -> None:
         await stopped(self._warm_up, self._stopping)
-        await self.sampler.stop()
-        await self.dead_letters.stop()
-        await self.replay_log.stop()
+        await asyncio.gather(self.sampler.stop(), self.dead_letters.stop(), self.replay_log.stop())
