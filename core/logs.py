@@ -4,7 +4,8 @@ aiokafka logs some states a worker simply waits out at ERROR or WARNING: a group
 coordinator that is not available yet (a fresh broker creates its offsets topic and loads
 the group: tens of ``Group Coordinator Request failed: [Error 15]
 GroupCoordinatorNotAvailableError`` before the first join), or a rebalance under way
-(``Heartbeat failed ... because it is rebalancing``). Operators alert on ERROR, so the
+(``Heartbeat failed ... because it is rebalancing``), or a request to the coordinator
+cut by a lost connection. Operators alert on ERROR, so the
 worker installs :class:`TransientStates` on the loggers that say these things: such a
 record is logged at INFO while its state is young; once the state has lasted
 ``grace_s``, one record of it is logged at WARNING, naming what the worker waits for and
@@ -37,12 +38,20 @@ COORDINATOR_ERRORS = frozenset(
 )
 
 
-def _first_arg_is_a(names: frozenset[str]) -> Callable[[logging.LogRecord], bool]:
+#: A request's connection to the coordinator lost (it closed, or did not answer in time).
+CONNECTION_ERRORS = frozenset({"KafkaConnectionError", "RequestTimedOutError"})
+
+
+def _arg_is_a(index: int, names: frozenset[str]) -> Callable[[logging.LogRecord], bool]:
     def matches(record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
-        return bool(args) and type(args[0]).__name__ in names
+        return len(args) > index and type(args[index]).__name__ in names
 
     return matches
+
+
+def _first_arg_is_a(names: frozenset[str]) -> Callable[[logging.LogRecord], bool]:
+    return _arg_is_a(0, names)
 
 
 def _always(record: logging.LogRecord) -> bool:
@@ -74,6 +83,14 @@ TRANSIENT_STATES = (
     ),
     Transient(
         GROUP_COORDINATOR, "Marking the coordinator dead (node %s)for group %s.", COORDINATOR
+    ),
+    # A request cut by a lost connection: aiokafka finds the coordinator again (at a
+    # worker's stop, its own client closing cuts a request the group's rebalance began).
+    Transient(
+        GROUP_COORDINATOR,
+        "Error sending %s to node %s [%s] -- marking coordinator dead",
+        COORDINATOR,
+        _arg_is_a(2, CONNECTION_ERRORS | COORDINATOR_ERRORS),
     ),
     Transient(
         GROUP_COORDINATOR,

@@ -75,6 +75,18 @@ def test_other_errors_of_the_same_logger_keep_their_level() -> None:
     assert levels(states, [denied, fatal, other]) == ["ERROR", "ERROR", "ERROR"]
 
 
+class KafkaConnectionError(Exception):
+    pass
+
+
+def test_a_request_cut_by_a_lost_connection_is_transient_other_send_errors_are_not() -> None:
+    states = TransientStates(grace_s=10.0)
+    sending = "Error sending %s to node %s [%s] -- marking coordinator dead"
+    cut = record(sending, "OffsetFetchRequest", 1, KafkaConnectionError("closed"), at=100.0)
+    denied = record(sending, "OffsetFetchRequest", 1, GroupAuthorizationFailedError(), at=100.0)
+    assert levels(states, [cut, denied]) == ["INFO", "ERROR"]
+
+
 @pytest.fixture
 def coordinator_logger() -> Iterator[logging.Logger]:
     logger = logging.getLogger(GROUP_COORDINATOR)
