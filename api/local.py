@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import orjson
 
+from api.errors import NotHeldHere
 from api.routing import QueryTable
 from tables.engine import TP
 from tables.membership import Membership
@@ -57,16 +58,29 @@ class LocalCopy:
         return self.lag()
 
     def get(self, key: bytes) -> Any | None:
+        self._check_held()
         raw = self.data.get(key)
         return None if raw is None else orjson.loads(raw)
 
     def stored_position(self) -> bytes | None:
         """The encoded position this copy holds (:mod:`tables.positions`)."""
+        self._check_held()
         assert self.table.store is not None
         return self.table.store.position(self.partition)
 
+    def _check_held(self) -> None:
+        """A rebalance may close the copy's database while a read waits (for a peer or a
+        position): the read then turns to another copy."""
+        assert self.table.store is not None
+        if not self.table.store.held(self.partition):
+            raise NotHeldHere(
+                f"this worker's copy of {self.table.name} partition {self.partition} was "
+                "closed by a rebalance"
+            )
+
     def windows(self, key: str) -> list[Window]:
         """Every retained window of ``key``, oldest first."""
+        self._check_held()
         prefix = key_prefix(key)
         found = [window for name, window in self._windowed_items(prefix) if name == key]
         return sorted(found, key=_start)
@@ -74,6 +88,7 @@ class LocalCopy:
     def scan(self, prefix: bytes, after: bytes | None, limit: int) -> tuple[list[Any], bool]:
         """Up to ``limit`` (key, value) pairs after ``after`` whose key starts with
         ``prefix``, in key order, and whether more follow."""
+        self._check_held()
         if self.table.kind == "windowed":
             return self._scan_windowed(prefix, after, limit)
         start = prefix if after is None or after < prefix else after
@@ -137,7 +152,7 @@ class LocalState:
             return None
         active = tp in assignment.actives
         standby = not active and tp in assignment.standbys
-        if not (active or standby):
+        if not (active or standby) or not table.store.held(partition):
             return None
         try:
             data = table.store.partition(partition)

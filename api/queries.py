@@ -359,8 +359,11 @@ class Queries:
         copy = self.local.copy(query.table, query.partition)
         if copy is None or (copy.replica != "active" and forwarded_by is None):
             return None
-        position = self.position(copy, held=not query.consistency.bounded)
-        return self._serve_held(query, copy, position)
+        try:
+            position = self.position(copy, held=not query.consistency.bounded)
+            return self._serve_held(query, copy, position)
+        except NotHeldHere:
+            return None  # closed by a rebalance meanwhile: read() finds another copy
 
     async def read(self, query: KeyQuery, forwarded_by: str | None) -> Answer:
         """Answer a key read from the best copy that can answer it, within the read's
@@ -372,8 +375,6 @@ class Queries:
         patience = time.monotonic() + max(query.wait_s, asking)
         while True:
             copy = self.local.copy(query.table, query.partition)
-            if copy is not None and copy.replica == "active":
-                return await self._serve(query, copy, deadline)
             if forwarded_by is not None:
                 if copy is None:
                     raise NotHeldHere(
@@ -381,6 +382,11 @@ class Queries:
                         f"partition {query.partition}"
                     )
                 return await self._serve(query, copy, deadline)
+            if copy is not None and copy.replica == "active":
+                try:
+                    return await self._serve(query, copy, deadline)
+                except NotHeldHere:
+                    copy = None  # closed by a rebalance meanwhile: ask the other copies
             try:
                 return await self._route(query, copy, deadline)
             except OwnerMoved:

@@ -162,6 +162,11 @@ class ServedStore(TableStore, Protocol):
         """The last changelog offset the partition holds (None: none yet)."""
         ...
 
+    def held(self, partition: int) -> bool:
+        """Whether the partition's database is open here now: a read never opens one (a
+        rebalance may be closing it)."""
+        ...
+
 
 #: A producer opened ahead of its task's start, and the committed offsets read after its
 #: start ({} when they were not read).

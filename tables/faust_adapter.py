@@ -968,6 +968,9 @@ class FaustTableStore:
         found: bytes | None = self._store._db_for_partition(partition).get(POSITION_KEY)
         return found
 
+    def held(self, partition: int) -> bool:
+        return partition in self._store._dbs
+
     def persisted_offset(self, partition: int) -> int | None:
         """The last changelog offset the partition's database holds."""
         value = self._store.persisted_offset(faust_tuples.TP(self.changelog_topic, partition))

@@ -4,15 +4,19 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from api.errors import NoReplica
+from api.errors import NoReplica, NotHeldHere
+from api.local import LocalState
 from api.peers import PeerAnswer
 from api.positions import PositionWaits, ReadPosition
 from api.queries import Consistency, KeyQuery, Queries
 from api.routing import QueryTable
+from tables.engine import TP
+from tests.support.api import FixedMembership
 
 TABLE = QueryTable(
     name="word_counts",
@@ -124,3 +128,52 @@ def test_a_standby_that_reached_the_reads_token_answers_absent() -> None:
     query = KeyQuery(TABLE, "needle", b"needle", 1, consistency=token)
     answer = read(queries(Copy("standby", 3, {}), "http://owner", {}), query, "http://front")
     assert answer.status == 404
+
+
+class ClosedCopy(Copy):
+    """A copy whose database a rebalance closed while the read waited."""
+
+    def get(self, raw: bytes) -> Any:
+        raise NotHeldHere("closed by a rebalance")
+
+
+@pytest.mark.parametrize("replica", ["active", "standby"])
+def test_a_copy_closed_by_a_rebalance_meanwhile_turns_the_read_to_another_copy(
+    replica: str,
+) -> None:
+    peer_says = PeerAnswer("http://peer", 200, {"value": 4, "replica": "active", "offset_lag": 0})
+    reads = queries(ClosedCopy(replica, 0, {}), "http://owner", {"http://peer": peer_says})
+    answer = read(reads)
+    assert (answer.status, answer.body["value"]) == (200, 4)
+
+
+class Store:
+    """A table store that holds partition 1's database until a rebalance closes it."""
+
+    def __init__(self) -> None:
+        self.open = {1}
+
+    def held(self, partition: int) -> bool:
+        return partition in self.open
+
+    def partition(self, partition: int) -> Any:
+        return {b"needle": b"3"}
+
+    def position(self, partition: int) -> bytes | None:
+        return None
+
+
+def test_a_local_copy_is_one_whose_database_is_open_and_stops_being_one_when_it_closes() -> None:
+    store = Store()
+    table = replace(TABLE, store=store)  # type: ignore[arg-type]
+    tp = TP(TABLE.topic, 1)
+    local = LocalState(FixedMembership(actives=frozenset(), standbys=frozenset({tp})))
+    copy = local.copy(table, 1)
+    assert copy is not None
+    assert copy.get(b"needle") == 3
+    store.open.clear()  # a rebalance closes it while a read waits
+    with pytest.raises(NotHeldHere):
+        copy.get(b"needle")
+    with pytest.raises(NotHeldHere):
+        copy.stored_position()
+    assert local.copy(table, 1) is None
