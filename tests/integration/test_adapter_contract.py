@@ -10,9 +10,10 @@ version must pass before the tested range moves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -364,22 +365,10 @@ def test_a_static_member_is_removed_from_its_group_on_its_behalf(kafka: LocalKaf
     create_topics(kafka.bootstrap, {topic: 2})
 
     async def check() -> tuple[dict[str, str], int, int]:
-        consumer = AIOKafkaConsumer(
-            topic,
-            bootstrap_servers=kafka.bootstrap,
-            group_id=group,
-            group_instance_id="worker-a",
-            session_timeout_ms=30_000,
-        )
-        await consumer.start()
-        try:
-            while not consumer.assignment():
-                await consumer.getmany(timeout_ms=200)
+        async with _static_member(kafka.bootstrap, topic, group):
             before = await _members(kafka.bootstrap, group)
             outcome = await remove_static_members(kafka.bootstrap, group, ["worker-a", "nobody"])
             after = await _members(kafka.bootstrap, group)
-        finally:
-            await consumer.stop()
         return outcome, before, after
 
     outcome, before, after = asyncio.run(check())
@@ -393,22 +382,10 @@ def test_a_static_member_leaves_its_group_when_its_consumer_closes(kafka: LocalK
     create_topics(kafka.bootstrap, {topic: 2})
 
     async def check(leave: bool) -> tuple[int, int]:
-        consumer = AIOKafkaConsumer(
-            topic,
-            bootstrap_servers=kafka.bootstrap,
-            group_id=group,
-            group_instance_id="worker-a",
-            session_timeout_ms=30_000,
-        )
-        await consumer.start()
-        try:
-            while not consumer.assignment():
-                await consumer.getmany(timeout_ms=200)
+        async with _static_member(kafka.bootstrap, topic, group) as consumer:
             before = await _members(kafka.bootstrap, group)
             if leave:
                 leave_at_close(consumer)
-        finally:
-            await consumer.stop()
         after = await _members(kafka.bootstrap, group)
         if after:
             await remove_static_members(kafka.bootstrap, group, ["worker-a"])
@@ -417,6 +394,26 @@ def test_a_static_member_leaves_its_group_when_its_consumer_closes(kafka: LocalK
     # aiokafka alone keeps a static member in its group until its session expires
     assert asyncio.run(check(leave=False)) == (1, 1)
     assert asyncio.run(check(leave=True)) == (1, 0)
+
+
+@contextlib.asynccontextmanager
+async def _static_member(bootstrap: str, topic: str, group: str) -> AsyncIterator[Any]:
+    """A consumer of ``topic`` in ``group`` as the static member ``worker-a``, once it
+    holds its assignment; stopped at the end."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        group_instance_id="worker-a",
+        session_timeout_ms=30_000,
+    )
+    await consumer.start()
+    try:
+        while not consumer.assignment():
+            await consumer.getmany(timeout_ms=200)
+        yield consumer
+    finally:
+        await consumer.stop()
 
 
 async def _members(bootstrap: str, group: str) -> int:
