@@ -66,6 +66,7 @@ tests plug in in-process ones.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -805,7 +806,12 @@ class Engine:
         await producer.open()
         return producer
 
-    async def _open_ahead_one(self, partition: int) -> Opened:
+    async def _open_ahead_one(self, partition: int, after: asyncio.Future[None] | None) -> Opened:
+        if after is not None:
+            # The previous assignment's producers close first: one still starting with
+            # the same transactional id would otherwise fence this one.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(after)
         producer = await self._open_producer(partition)
         tps = sorted(self.connector.assigned(partition, self.topics))
         try:
@@ -815,15 +821,16 @@ class Engine:
             committed = {}
         return producer, committed
 
-    def _open_ahead(self, partitions: Iterable[int]) -> None:
+    def _open_ahead(self, partitions: Iterable[int], after: asyncio.Future[None] | None) -> None:
         """Start opening the producers of ``partitions`` now (exactly_once), then reading
         their committed offsets. The previous owners have ended their cycles by the time
         an assignment comes (the eager protocol revokes before the join), and a killed
         one's open transaction is aborted by the start, which fences it, as at a task's
-        start."""
+        start; ``after``: the previous ones' close, awaited first."""
         for partition in partitions:
             if partition not in self.tasks and partition not in self._opening:
-                self._opening[partition] = asyncio.ensure_future(self._open_ahead_one(partition))
+                opening = self._open_ahead_one(partition, after)
+                self._opening[partition] = asyncio.ensure_future(opening)
 
     def _take_openings(self) -> list[tuple[int, asyncio.Future[Opened]]]:
         openings, self._opening = list(self._opening.items()), {}
@@ -864,11 +871,14 @@ class Engine:
             # Every assignment opens its own: what one read ahead may be stale under the
             # next (this worker may have been out of the group in between). Closed in the
             # background: a start under way may take a while, and nothing here waits for it.
-            discard = self._close_openings(self._take_openings())
-            self._discards.add(task := asyncio.ensure_future(discard))
-            task.add_done_callback(self._discards.discard)
+            previous = self._take_openings()
+            discard: asyncio.Future[None] | None = None
+            if previous:
+                discard = asyncio.ensure_future(self._close_openings(previous))
+                self._discards.add(discard)
+                discard.add_done_callback(self._discards.discard)
             if self.exactly_once:
-                self._open_ahead(partitions)
+                self._open_ahead(partitions, discard)
             kept = sorted(self.tasks)
             logger.info(
                 "assignment of partitions %s: tasks %s kept, %s closed",

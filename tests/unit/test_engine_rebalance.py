@@ -135,8 +135,16 @@ def test_the_partitions_a_rebalance_brings_start_their_tasks_together() -> None:
 @dataclass
 class CountedProducer(LogProducer):
     closed: int = 0
+    #: what every producer of the connector did, in order: ("open" or "close", id)
+    order: list[tuple[str, int]] = field(default_factory=list)
+
+    async def open(self) -> None:
+        await asyncio.sleep(0)  # a start takes a while (it finds its coordinator)
+        self.order.append(("open", id(self)))
+        await super().open()
 
     async def close(self) -> None:
+        self.order.append(("close", id(self)))
         self.closed += 1
         await super().close()
 
@@ -148,9 +156,10 @@ class MakingConnector(LogConnector):
 
     made: dict[int, list[CountedProducer]] = field(default_factory=dict)
     reads: int = 0
+    order: list[tuple[str, int]] = field(default_factory=list)
 
     def producer(self, partition: int, *, transactional: bool) -> CountedProducer:
-        producer = CountedProducer(self.log, self.fail)
+        producer = CountedProducer(self.log, self.fail, order=self.order)
         self.made.setdefault(partition, []).append(producer)
         return producer
 
@@ -192,3 +201,20 @@ def test_an_assignment_opens_its_new_partitions_producers_for_their_tasks() -> N
     producer = connector.made[0][-1]
     assert engine.tasks[0].producer is producer
     assert (len(connector.made[0]), producer.opened, producer.closed) == (2, 1, 0)
+
+
+def test_an_assignment_right_after_another_closes_its_producers_before_opening_its_own() -> None:
+    """A producer still starting would fence the next one of its transactional id."""
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    connector = MakingConnector(log, exactly_once=True)
+    engine = word_engine(connector, table)
+
+    async def go() -> None:
+        await engine.keep({0})
+        await engine.keep({0})  # before the first assignment's producer has started
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    asyncio.run(go())
+    first, second = (id(producer) for producer in connector.made[0])
+    assert connector.order.index(("close", first)) < connector.order.index(("open", second))
