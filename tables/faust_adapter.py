@@ -507,12 +507,11 @@ async def _leave_as_static_member(coordinator: Any) -> None:
         except KafkaError as error:
             logger.warning("leaving group %s failed (%r)", coordinator.group_id, error)
         else:
-            codes = [response.error_code] + [member[2] for member in response.members]
-            errors = [for_code(code).__name__ for code in codes if code]
-            if errors:
-                logger.warning("leaving group %s refused: %s", coordinator.group_id, errors)
-            else:
+            outcome = _removals(response, [instance_id])[instance_id]
+            if outcome == "removed":
                 logger.info("left group %s as %s", coordinator.group_id, instance_id)
+            else:
+                logger.warning("leaving group %s refused: %s", coordinator.group_id, outcome)
     coordinator.reset_generation()
 
 
@@ -530,13 +529,18 @@ async def remove_static_members(
         response: Any = await admin._send_request_to_node(coordinator, request)
     finally:
         await admin.close()
-    outcome = {}
+    return _removals(response, instance_ids)
+
+
+def _removals(response: Any, instance_ids: Sequence[str]) -> dict[str, str]:
+    """Each instance id's outcome in a LeaveGroup v3 response: ``removed``, or the
+    broker's error."""
     if response.error_code:
-        error = for_code(response.error_code).__name__
-        return dict.fromkeys(instance_ids, error)
-    for _member_id, instance_id, code in response.members:
-        outcome[instance_id] = "removed" if code == 0 else for_code(code).__name__
-    return outcome
+        return dict.fromkeys(instance_ids, for_code(response.error_code).__name__)
+    return {
+        instance_id: "removed" if code == 0 else for_code(code).__name__
+        for _member_id, instance_id, code in response.members
+    }
 
 
 # -- the fetch loop ----------------------------------------------------------------------
