@@ -359,11 +359,9 @@ class Queries:
         copy = self.local.copy(query.table, query.partition)
         if copy is None or (copy.replica != "active" and forwarded_by is None):
             return None
-        try:
-            position = self.position(copy, held=not query.consistency.bounded)
-            return self._serve_held(query, copy, position)
-        except NotHeldHere:
-            return None  # closed by a rebalance meanwhile: read() finds another copy
+        # Nothing awaits between the copy's lookup and its read: no rebalance closes it.
+        position = self.position(copy, held=not query.consistency.bounded)
+        return self._serve_held(query, copy, position)
 
     async def read(self, query: KeyQuery, forwarded_by: str | None) -> Answer:
         """Answer a key read from the best copy that can answer it, within the read's
