@@ -42,6 +42,7 @@ from tables.global_table import GlobalTableService
 from tables.membership import ServedTable, WorkerView
 from tables.pipeline import Context, Pipeline, SourceSpec
 from tables.rebalances import RebalanceLog
+from tables.warmups import WarmupWatch
 
 APP_ID = "streamstate"
 
@@ -133,6 +134,7 @@ class StreamstateApp(EngineApp):
             deps.append(
                 StandbyFlusher(self, self.wiring.engine, self.settings.standby_flush_interval)
             )
+            deps.append(WarmupWatch(self, probe_after_s=self.settings.warmup_probe_s))
             # The worker CLI has set web_host/web_port by now; they are the canonical URL.
             # The process took that port at its start (app/listen.py).
             tables: Any = self.tables  # a StreamstateTableManager
@@ -180,6 +182,7 @@ def create_app(settings: Settings) -> StreamstateApp:
         "web_enabled": True,
         "TableManager": "tables.faust_adapter:StreamstateTableManager",
         "Table": "tables.faust_adapter:EngineTable",
+        "PartitionAssignor": "tables.warmups:WarmupAssignor",
     }
     app = StreamstateApp(APP_ID, **options)
     # The engine runs the transactions itself under exactly_once (tables/engine.py), so

@@ -80,6 +80,15 @@ class Settings(BaseSettings):
     rocksdb_write_buffer_mb: int = Field(4, ge=1)
     #: How often standby updates are flushed to RocksDB, in seconds.
     standby_flush_interval: float = Field(0.5, gt=0)
+    #: Warm handover (tables/warmups.py): an active partition moves to another member
+    #: only once that member's copy is at most ``acceptable_recovery_lag`` changelog
+    #: records behind; until then it warms up there as a standby and the partition stays
+    #: with its owner. False moves partitions where faust's assignor puts them at once.
+    warm_handover: bool = True
+    acceptable_recovery_lag: int = Field(10_000, ge=0)
+    #: A member whose warm-ups are not all within the lag asks for the rebalance that
+    #: moves them this long after its assignment, once some are (seconds).
+    warmup_probe_s: float = Field(10.0, gt=0)
     #: Remove a peer from the group as soon as its port refuses connections this many
     #: probes in a row (0.5 s apart): its process is gone (api/members.py). Three span
     #: at least a second: a worker started again at once takes its port (app/listen.py)

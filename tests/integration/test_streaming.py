@@ -375,6 +375,53 @@ def test_a_worker_stopped_with_sigterm_leaves_the_group_and_its_peer_takes_over(
         stop_workers([a, b])
 
 
+def test_a_joining_worker_warms_up_before_partitions_move_to_it(
+    kafka: LocalKafka, tmp_path: Path
+) -> None:
+    """A worker joining with an empty data dir gets standbys first; the partitions it
+    is to own move once its copies have caught up, so it restores nothing then."""
+    reset_topics(kafka)
+    rng = random.Random(5)
+    vocabulary = [f"w{n}" for n in range(3_000)]
+    lines = [" ".join(rng.choice(vocabulary) for _ in range(8)) for _ in range(2_000)]
+    want = expected_words(lines)
+    # Below the records of each partition's changelog: a copy that has copied nothing is
+    # not close enough.
+    env = {"STREAMSTATE_ACCEPTABLE_RECOVERY_LAG": "50"}
+    a = Worker(kafka, tmp_path / "a", extra_env=env).start()
+    b = Worker(kafka, tmp_path / "b", extra_env=env)
+    try:
+        a.wait_ready()
+        produce(kafka.bootstrap, "text-lines", [(None, line) for line in lines])
+        wait_for(lambda: changelog_state(kafka.bootstrap, "word_counts") == want, 90)
+        b.start()
+        b.wait_ready()
+
+        def b_owns() -> list[int] | None:
+            found = [p for p, url in active_partitions(a, WORDS_CHANGELOG).items() if url == b.url]
+            return found or None
+
+        owned = wait_for(b_owns, 60)
+        log = b.log_text()
+        assert "warming up" in log, b.log_tail()
+        assert "asking the group to rebalance" in log, b.log_tail()
+        assert "assignment holds back" in a.log_text(), a.log_tail()
+        copied = [int(n) for n in re.findall(r"bulk standby copy: (\d+) changelog records", log)]
+        assert sum(copied) > 0, b.log_tail()
+        # Every partition b owns came from a warm copy: no restore of b read a record.
+        restores = restore_lines(b)
+        assert restores, b.log_tail()
+        assert [n for _, n in restores] == [0] * len(restores), b.log_tail()
+        for word, count in sorted(want.items())[:300]:
+            status, body = b.get(f"/tables/word_counts/keys/{word.decode()}")
+            assert status == 200, body
+            assert body["value"] == count
+        assert len(owned) == 4
+        no_agent_crashed(b)
+    finally:
+        stop_workers([b, a])
+
+
 def test_an_exactly_once_restart_restores_every_table_before_it_goes_on(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:

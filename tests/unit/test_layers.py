@@ -103,10 +103,10 @@ def test_the_query_layer_reaches_faust_only_through_the_adapter() -> None:
 
 
 #: The modules of tables/ that may import faust, mode or rocksdict: the adapter, and those
-#: that declare faust's tables, sensors, services and restore types. The engine, its
-#: producers and every other part of the commit cycle are not among them.
+#: that declare faust's tables, sensors, services, restore types and group assignor. The
+#: engine, its producers and every other part of the commit cycle are not among them.
 FAUST_IN_TABLES = {"faust_adapter.py", "definitions.py", "global_table.py", "rebalances.py"}
-FAUST_IN_TABLES |= {"restore.py"}
+FAUST_IN_TABLES |= {"restore.py", "warmups.py"}
 
 
 def test_the_engine_and_its_parts_import_no_faust() -> None:

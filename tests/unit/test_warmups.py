@@ -1,0 +1,205 @@
+"""Warm handover: the plan over one group of partitions, and the assignor over faust's,
+member by member as a group's join hands them their metadata."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from faust.types import TP
+
+from tables.warmups import WarmupAssignor, plan_handover, standby_lags
+
+ACCEPTABLE = 100
+
+
+def lags_of(table: Mapping[tuple[str, int], int]) -> Any:
+    return lambda member, partition: table.get((member, partition))
+
+
+def test_a_move_to_a_cold_copy_is_taken_back_and_warmed_up() -> None:
+    plan = plan_handover(
+        proposed={0: "a", 1: "a", 2: "b", 3: "b"},
+        previous={0: "a", 1: "a", 2: "a", 3: "a"},
+        lag=lags_of({("b", 2): 5_000}),
+        acceptable=ACCEPTABLE,
+    )
+    assert plan.actives == {0: "a", 1: "a", 2: "a", 3: "a"}
+    assert plan.warmups == {"b": {2, 3}}
+
+
+def test_a_move_to_a_warm_copy_goes_ahead() -> None:
+    plan = plan_handover(
+        proposed={0: "a", 1: "a", 2: "b", 3: "b"},
+        previous={0: "a", 1: "a", 2: "a", 3: "a"},
+        lag=lags_of({("b", 2): ACCEPTABLE, ("b", 3): 0}),
+        acceptable=ACCEPTABLE,
+    )
+    assert plan.actives == {0: "a", 1: "a", 2: "b", 3: "b"}
+    assert plan.warmups == {}
+
+
+def test_a_partition_whose_owner_left_goes_where_proposed() -> None:
+    plan = plan_handover(
+        proposed={0: "a", 1: "b"},
+        previous={0: "a"},  # partition 1's owner is no longer a member
+        lag=lags_of({}),
+        acceptable=ACCEPTABLE,
+    )
+    assert plan.actives == {0: "a", 1: "b"}
+    assert plan.warmups == {}
+
+
+def test_a_member_short_of_its_share_takes_a_partition_it_is_warm_for() -> None:
+    # faust proposes partition 1 for b, whose copy of it is cold, but b has kept a warm
+    # copy of partition 0: b takes 0 instead, and nothing waits.
+    plan = plan_handover(
+        proposed={0: "a", 1: "b", 2: "a", 3: "b"},
+        previous={0: "a", 1: "a", 2: "a", 3: "b"},
+        lag=lags_of({("b", 0): 3, ("b", 1): 50_000}),
+        acceptable=ACCEPTABLE,
+    )
+    assert plan.actives == {0: "b", 1: "a", 2: "a", 3: "b"}
+    assert plan.warmups == {}
+
+
+def test_the_warmest_copy_is_taken_first() -> None:
+    plan = plan_handover(
+        proposed={0: "a", 1: "a", 2: "a", 3: "b"},
+        previous={0: "a", 1: "a", 2: "a", 3: "a"},
+        lag=lags_of({("b", 0): 90, ("b", 1): 2}),
+        acceptable=ACCEPTABLE,
+    )
+    assert plan.actives == {0: "a", 1: "b", 2: "a", 3: "a"}
+    assert plan.warmups == {}
+
+
+# -- the assignor, member by member ------------------------------------------------------
+
+SOURCE = "lines"
+CHANGELOG = "app-counts-changelog"
+PARTITIONS = 4
+
+
+class Cluster:
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return set(range(PARTITIONS))
+
+
+class Sensors:
+    def on_assignment_start(self, assignor: Any) -> dict[str, Any]:
+        return {}
+
+    def on_assignment_completed(self, assignor: Any, state: Any) -> None:
+        pass
+
+    def on_assignment_error(self, assignor: Any, state: Any, exc: BaseException) -> None:
+        pass
+
+
+def member(url: str, acceptable: int = ACCEPTABLE) -> WarmupAssignor:
+    tables = SimpleNamespace(changelog_topics={CHANGELOG}, data={})
+    app = SimpleNamespace(
+        tables=tables,
+        conf=SimpleNamespace(canonical_url=url),
+        sensors=Sensors(),
+        tracer=None,
+        settings=SimpleNamespace(acceptable_recovery_lag=acceptable, warm_handover=True),
+    )
+    return WarmupAssignor(app, replicas=1)
+
+
+def join(members: Mapping[str, WarmupAssignor]) -> dict[str, Any]:
+    """One rebalance: every member's metadata to the first (the leader), and each
+    member's assignment back to it."""
+    metadata = {name: m.metadata({SOURCE, CHANGELOG}) for name, m in members.items()}
+    leader = next(iter(members.values()))
+    given = leader.assign(Cluster(), metadata)
+    for name, m in members.items():
+        m.on_assignment(given[name])
+    return given
+
+
+def actives(m: WarmupAssignor, topic: str) -> set[int]:
+    return {tp.partition for tp in m.assigned_actives() if tp.topic == topic}
+
+
+def standbys(m: WarmupAssignor) -> set[int]:
+    return {tp.partition for tp in m.assigned_standbys() if tp.topic == CHANGELOG}
+
+
+def test_a_new_member_warms_up_before_partitions_move_to_it() -> None:
+    first = member("http://a:1")
+    join({"a": first})
+    assert actives(first, SOURCE) == set(range(PARTITIONS))
+
+    second = member("http://b:1")
+    join({"a": first, "b": second})
+    # Nothing moved: b's copies are cold. It warms up two partitions as standbys.
+    assert actives(first, SOURCE) == actives(first, CHANGELOG) == set(range(PARTITIONS))
+    assert actives(second, SOURCE) == actives(second, CHANGELOG) == set()
+    warming = set(second.warmups[CHANGELOG])
+    assert len(warming) == 2
+    assert warming <= standbys(second)
+    assert first.warmups == {}
+
+    # b reports its copies caught up: the next rebalance moves them.
+    second.lags = {CHANGELOG: {p: 7 for p in warming}}
+    given = join({"a": first, "b": second})
+    assert actives(second, SOURCE) == actives(second, CHANGELOG) == warming
+    assert actives(first, SOURCE) == set(range(PARTITIONS)) - warming
+    assert second.warmups == {}
+    # a keeps a standby of what it handed over
+    assert warming <= standbys(first)
+    b_topics = dict(given["b"].assignment)
+    assert sorted(b_topics[SOURCE]) == sorted(warming)
+
+
+def test_copies_still_behind_stay_where_they_are() -> None:
+    first, second = member("http://a:1"), member("http://b:1")
+    join({"a": first})
+    join({"a": first, "b": second})
+    warming = set(second.warmups[CHANGELOG])
+    second.lags = {CHANGELOG: {p: ACCEPTABLE + 1 for p in warming}}
+    join({"a": first, "b": second})
+    assert actives(second, SOURCE) == set()
+    assert set(second.warmups[CHANGELOG]) == warming
+
+
+def test_a_leaving_member_hands_its_partitions_to_the_others_at_once() -> None:
+    first, second = member("http://a:1"), member("http://b:1")
+    join({"a": first, "b": second})
+    assert actives(first, SOURCE)
+    assert actives(second, SOURCE)
+    join({"a": first})
+    assert actives(first, SOURCE) == set(range(PARTITIONS))
+    assert first.warmups == {}
+
+
+def test_without_warm_handover_faust_moves_partitions_at_once() -> None:
+    first, second = member("http://a:1"), member("http://b:1")
+    for m in (first, second):
+        m.app.settings.warm_handover = False
+    join({"a": first})
+    join({"a": first, "b": second})
+    assert len(actives(second, SOURCE)) == 2
+    assert second.warmups == {}
+
+
+@pytest.mark.parametrize(
+    ("applied", "end", "lag"),
+    [(None, 10, 10), (4, 10, 5), (9, 10, 0), (12, 10, 0)],
+)
+def test_a_standby_lag_is_the_end_less_what_it_applied(
+    applied: int | None, end: int, lag: int
+) -> None:
+    tp = TP(CHANGELOG, 3)
+    app = SimpleNamespace(
+        tables=SimpleNamespace(
+            recovery=SimpleNamespace(standby_tps={tp}, standby_offsets={tp: applied})
+        ),
+        consumer=SimpleNamespace(highwater=lambda _: end),
+    )
+    assert standby_lags(app) == {CHANGELOG: {3: lag}}
