@@ -1,8 +1,9 @@
-"""The tables' RocksDB store at a rebalance: a full garbage collection only when it
-drops a partition database (real RocksDB files)."""
+"""The tables' RocksDB store at a rebalance: the databases it drops are parked, not
+closed, until the recovery closes them (real RocksDB files)."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from pathlib import Path
 
@@ -51,17 +52,40 @@ def test_a_rebalance_that_drops_no_database_collects_no_garbage(
     store.revoke_partitions(table, {TP("streamstate-inventory-changelog", 3)})
     assert calls == []
     assert 3 in store._dbs
+    assert store.take_parked() == []
 
 
-def test_a_dropped_database_is_collected_and_its_partition_opens_again(
+def test_a_dropped_database_is_parked_and_handed_back_if_its_partition_returns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table, store = word_counts(monkeypatch, tmp_path)
     topic = table.changelog_topic.get_topic_name()
-    FaustTableStore(table).partition(3).db[b"kept"] = b"1"
+    handle = FaustTableStore(table).partition(3).db
+    handle[b"kept"] = b"1"
     calls = collections(monkeypatch)
     store.revoke_partitions(table, {TP(topic, 3), TP(topic, 5)})
-    assert calls == [1]
+    assert calls == []  # nothing collected or closed within the rebalance
     assert 3 not in store._dbs
-    # The dropped handle is gone with its lock: the partition opens again at once.
-    assert FaustTableStore(table).partition(3).db[b"kept"] == b"1"
+    assert not FaustTableStore(table).held(3)
+    again = FaustTableStore(table).partition(3).db
+    assert again is handle
+    assert again[b"kept"] == b"1"
+    assert store.take_parked() == []
+
+
+def test_the_recovery_closes_parked_databases_and_their_partitions_open_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table, store = word_counts(monkeypatch, tmp_path)
+    topic = table.changelog_topic.get_topic_name()
+    handle = FaustTableStore(table).partition(3).db
+    handle[b"kept"] = b"1"
+    store.revoke_partitions(table, {TP(topic, 3)})
+    asyncio.run(table.app.tables.recovery._close_parked())
+    assert store.take_parked() == []
+    with pytest.raises(Exception, match=r"(?i)closed"):
+        handle[b"kept"]
+    # Its lock released: the partition opens again at once, a new handle on the same files.
+    again = FaustTableStore(table).partition(3).db
+    assert again is not handle
+    assert again[b"kept"] == b"1"
