@@ -898,8 +898,13 @@ class EngineStore(RocksStore):
         return parked
 
     async def stop(self) -> None:
+        """Drop every database (each closes as its last reference goes) without faust's
+        garbage collection, which the stop of each table ran in turn: 0.45 s of a
+        SIGTERM's way to the group's leave, with six tables, in the chaos scale
+        scenario's logs."""
+        self.logger.info("Closing rocksdb on stop")
         self._parked.clear()
-        await super().stop()
+        self._dbs.clear()
 
 
 class EngineTable(faust.Table[Any, Any]):

@@ -89,3 +89,21 @@ def test_the_recovery_closes_parked_databases_and_their_partitions_open_again(
     again = FaustTableStore(table).partition(3).db
     assert again is not handle
     assert again[b"kept"] == b"1"
+
+
+def test_a_stopping_store_releases_its_databases_without_collecting_garbage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table, store = word_counts(monkeypatch, tmp_path)
+    topic = table.changelog_topic.get_topic_name()
+    FaustTableStore(table).partition(3).db[b"kept"] = b"1"
+    FaustTableStore(table).partition(5)
+    store.revoke_partitions(table, {TP(topic, 5)})  # parked
+    calls = collections(monkeypatch)
+    asyncio.run(store.stop())
+    assert calls == []
+    assert store._dbs == {}
+    assert store.take_parked() == []
+    # Closed as their last reference went: their locks are free.
+    assert FaustTableStore(table).partition(3).db[b"kept"] == b"1"
+    FaustTableStore(table).partition(5)
