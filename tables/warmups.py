@@ -24,11 +24,12 @@ it).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -335,15 +336,29 @@ def standby_lags(app: Any) -> dict[str, dict[int, int]]:
 class WarmupWatch(Service):
     """Measures this worker's standby lags for its join metadata, and asks for the
     follow-up rebalance once its warm-ups are within the acceptable lag: all of them,
-    or some of them ``probe_after_s`` after the assignment."""
+    or some of them ``probe_after_s`` after the assignment.
+
+    It never asks sooner than ``settle_s`` after its assignment: under the eager protocol
+    the follow-up pauses every partition of the group again, and one that came on the
+    heels of the first would make a single pause of both for the partitions that stay."""
+
+    #: Seconds after an assignment before the follow-up rebalance may be asked for.
+    settle_s = 3.0
 
     def __init__(
-        self, app: Any, *, interval: float = 0.25, probe_after_s: float = 10.0, **kwargs: Any
+        self,
+        app: Any,
+        *,
+        interval: float = 0.25,
+        probe_after_s: float = 10.0,
+        rejoin: Callable[[], Awaitable[None]] | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.app = app
         self.interval = interval
         self.probe_after_s = probe_after_s
+        self.rejoin = rejoin or functools.partial(request_rejoin, app)
         self._asked_for = -1
 
     @Service.task
@@ -370,6 +385,8 @@ class WarmupWatch(Service):
         wanted = [(t, p) for t, ps in assignor.warmups.items() for p in ps]
         warm = [(t, p) for t, p in wanted if lags.get(t, {}).get(p, acceptable + 1) <= acceptable]
         waited = time.monotonic() - assignor.assigned_at
+        if waited < self.settle_s:
+            return False
         if len(warm) < len(wanted) and not (warm and waited >= self.probe_after_s):
             return False
         self._asked_for = assignor.assignments
@@ -380,7 +397,7 @@ class WarmupWatch(Service):
             len(wanted),
             waited,
         )
-        await request_rejoin(self.app)
+        await self.rejoin()
         return True
 
 

@@ -3,6 +3,8 @@ member by member as a group's join hands them their metadata."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 import pytest
 from faust.types import TP
 
-from tables.warmups import WarmupAssignor, plan_handover, standby_lags
+from tables.warmups import WarmupAssignor, WarmupWatch, plan_handover, standby_lags
 
 ACCEPTABLE = 100
 
@@ -203,3 +205,48 @@ def test_a_standby_lag_is_the_end_less_what_it_applied(
         consumer=SimpleNamespace(highwater=lambda _: end),
     )
     assert standby_lags(app) == {CHANGELOG: {3: lag}}
+
+
+class Rejoins:
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def __call__(self) -> None:
+        self.asked += 1
+
+
+def watched(lag: int, assigned_ago: float) -> tuple[WarmupWatch, Rejoins]:
+    """A worker warming up partitions 1 and 2 of the changelog, each ``lag`` behind."""
+    assignor = member("http://b:1")
+    assignor.warmups = {CHANGELOG: [1, 2]}
+    assignor.assignments = 2
+    assignor.assigned_at = time.monotonic() - assigned_ago
+    tps = {TP(CHANGELOG, 1), TP(CHANGELOG, 2)}
+    app = SimpleNamespace(
+        assignor=assignor,
+        rebalancing=False,
+        tables=SimpleNamespace(
+            recovery=SimpleNamespace(standby_tps=tps, standby_offsets={tp: 99 for tp in tps})
+        ),
+        consumer=SimpleNamespace(highwater=lambda _: 100 + lag),
+    )
+    rejoins = Rejoins()
+    return WarmupWatch(app, rejoin=rejoins), rejoins
+
+
+def test_the_watch_asks_once_its_warmups_are_within_the_lag() -> None:
+    watch, rejoins = watched(lag=ACCEPTABLE, assigned_ago=WarmupWatch.settle_s + 1)
+    assert asyncio.run(watch.check())
+    assert rejoins.asked == 1
+    assert watch.app.assignor.lags == {CHANGELOG: {1: ACCEPTABLE, 2: ACCEPTABLE}}
+    # once per assignment
+    assert not asyncio.run(watch.check())
+    assert rejoins.asked == 1
+
+
+def test_the_watch_waits_while_warmups_are_behind_or_the_assignment_is_new() -> None:
+    behind, asked_behind = watched(lag=ACCEPTABLE + 1, assigned_ago=WarmupWatch.settle_s + 1)
+    assert not asyncio.run(behind.check())
+    fresh, asked_fresh = watched(lag=0, assigned_ago=0.0)
+    assert not asyncio.run(fresh.check())
+    assert asked_behind.asked == asked_fresh.asked == 0
