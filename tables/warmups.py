@@ -16,21 +16,26 @@ partition's changelogs (its standby), as Kafka Streams does with warm-up replica
   (:class:`WarmupWatch`), and the leader moves them then.
 
 Partitions whose previous owner has left (a stop or a crash) go where faust puts them:
-to the members holding their standbys first. Members tell the leader their standbys'
-lags in their join metadata, and the leader tells a member its warm-ups in its
-assignment, both in a ``streamstate`` entry of faust's JSON user data (faust reads past
-it).
+to the members holding their standbys first. Members tell the leader the changelog
+offset each of their copies holds (actives, standbys, and the copies left on their disk
+by an earlier process, from the file :class:`WarmupWatch` keeps), and the leader measures
+a copy's lag against the furthest copy of the partition reported (its owner's). The
+leader tells a member its warm-ups in its assignment. Both ride in a ``streamstate``
+entry of faust's JSON user data (faust reads past it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
+import os
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiokafka.coordinator.protocol import (
@@ -39,14 +44,18 @@ from aiokafka.coordinator.protocol import (
 )
 from faust.assignor import PartitionAssignor
 from faust.assignor.client_assignment import ClientAssignment, ClientMetadata
+from faust.types import TP
 from mode import Service
 
 logger = logging.getLogger(__name__)
 
 #: The key of this module's entry in faust's JSON user data.
 ENTRY = "streamstate"
-#: Lags a member reports: changelog topic -> partition -> records behind.
-Lags = Mapping[str, Mapping[int, int]]
+#: Offsets a member reports: changelog topic -> partition -> the last offset its copy
+#: holds.
+Offsets = Mapping[str, Mapping[int, int]]
+#: The file, in the tables' directory, where a worker keeps its copies' offsets.
+COPIES_FILE = "copies.json"
 
 
 @dataclass
@@ -57,6 +66,8 @@ class Handover:
     actives: dict[int, str]
     #: member -> partitions it warms up (held back from it for now)
     warmups: dict[str, set[int]] = field(default_factory=dict)
+    #: (member, partition) -> its copy's lag when held back (None: no copy reported)
+    behind: dict[tuple[str, int], int | None] = field(default_factory=dict)
 
 
 def plan_handover(
@@ -105,7 +116,8 @@ def plan_handover(
     for member, partition in held_back:
         if actives[partition] != member and count[member] < share[member]:
             warmups[member].add(partition)
-    return Handover(actives, dict(warmups))
+    behind = {(m, p): lag(m, p) for m, ps in warmups.items() for p in ps}
+    return Handover(actives, dict(warmups), behind)
 
 
 def _decode(data: bytes) -> dict[str, Any]:
@@ -128,6 +140,9 @@ class WarmupAssignor(PartitionAssignor):
         self.assigned_at = time.monotonic()
         #: this member's standby lags as last measured (:class:`WarmupWatch`)
         self.lags: dict[str, dict[int, int]] = {}
+        #: the offsets of this member's copies as last measured, or as an earlier process
+        #: left them on disk (:class:`WarmupWatch`)
+        self.offsets: dict[str, dict[int, int]] = read_copies(_copies_path(app))
 
     @property
     def acceptable_lag(self) -> int:
@@ -145,7 +160,7 @@ class WarmupAssignor(PartitionAssignor):
     def metadata(self, topics: set[str]) -> ConsumerProtocolMemberMetadata:
         base = super().metadata(topics)
         data = _decode(base.user_data)
-        data[ENTRY] = {"lags": self.lags}
+        data[ENTRY] = {"offsets": self.offsets}
         return ConsumerProtocolMemberMetadata(
             base.version, base.subscription, json.dumps(data).encode()
         )
@@ -180,7 +195,7 @@ class WarmupAssignor(PartitionAssignor):
         previous = {
             m: self._get_client_metadata(meta).assignment for m, meta in member_metadata.items()
         }
-        lags = {m: _lags((data.get(ENTRY) or {}).get("lags")) for m, data in joined.items()}
+        reported = {m: _offsets((d.get(ENTRY) or {}).get("offsets")) for m, d in joined.items()}
         metas = {
             m: ClientMetadata.loads(self._decompress(a.user_data)) for m, a in proposed.items()
         }
@@ -196,13 +211,20 @@ class WarmupAssignor(PartitionAssignor):
             logs = sorted(topics & changelogs)
             if not logs:
                 continue
-            handover = self._plan_group(topics, logs, assignments, previous, lags)
+            handover = self._plan_group(topics, logs, assignments, previous, reported)
             if handover is None:
                 continue
             moved |= _apply(handover, topics, assignments)
             for member, partitions in handover.warmups.items():
                 for topic in logs:
                     warmups[member][topic] = sorted(partitions)
+                logger.info(
+                    "assignment holds back %s from %s until its copies are warm (records "
+                    "behind the owner's: %s)",
+                    sorted(partitions),
+                    metas[member].url,
+                    [handover.behind.get((member, p)) for p in sorted(partitions)],
+                )
         if not moved and not warmups:
             return proposed
         result = self._protocol_assignments(
@@ -218,11 +240,6 @@ class WarmupAssignor(PartitionAssignor):
             result[member] = ConsumerProtocolMemberAssignment(
                 given.version, given.assignment, self._compress(json.dumps(data).encode())
             )
-            logger.info(
-                "assignment holds back %s from %s until its copies are warm",
-                sorted(next(iter(entry.values()))),
-                metas[member].url,
-            )
         return result
 
     def _plan_group(
@@ -231,7 +248,7 @@ class WarmupAssignor(PartitionAssignor):
         logs: list[str],
         assignments: Mapping[str, ClientAssignment],
         previous: Mapping[str, ClientAssignment],
-        lags: Mapping[str, Lags],
+        reported: Mapping[str, Offsets],
     ) -> Handover | None:
         lead = logs[0]
         proposed = _owners(assignments, lead)
@@ -242,16 +259,28 @@ class WarmupAssignor(PartitionAssignor):
             return None
 
         def lag(member: str, partition: int) -> int | None:
-            found = [lags[member].get(topic, {}).get(partition) for topic in logs]
-            if any(value is None for value in found):
+            """How far the member's copy is behind the previous owner's, over the
+            partition's changelogs (one the owner wrote nothing to yet is no lag); None
+            when the owner wrote one the member has no copy of."""
+            owner = before.get(partition)
+            if owner is None:
                 return None
-            return max(value for value in found if value is not None)
+            found = [0]
+            for topic in logs:
+                ahead = reported[owner].get(topic, {}).get(partition)
+                if ahead is None:
+                    continue
+                mine = reported[member].get(topic, {}).get(partition)
+                if mine is None:
+                    return None
+                found.append(max(0, ahead - mine))
+            return max(found)
 
         return plan_handover(proposed, before, lag, self.acceptable_lag)
 
 
-def _lags(raw: Any) -> dict[str, dict[int, int]]:
-    """A member's reported lags, as sent (JSON: partition numbers as strings)."""
+def _offsets(raw: Any) -> dict[str, dict[int, int]]:
+    """A member's reported offsets, as sent (JSON: partition numbers as strings)."""
     if not isinstance(raw, dict):
         return {}
     return {
@@ -314,6 +343,45 @@ def _apply(
     return moved
 
 
+def copy_offsets(app: Any) -> dict[str, dict[int, int]]:
+    """The last changelog offset each copy this worker holds open has written (actives
+    and standbys alike; standbys as of their last flush)."""
+    offsets: dict[str, dict[int, int]] = defaultdict(dict)
+    for table in list(app.tables.values()):
+        if getattr(table, "is_global", False):
+            continue
+        topic = table._changelog_topic_name()
+        store = table.data
+        for partition in list(getattr(store, "_dbs", {})):
+            offset = store.persisted_offset(TP(topic, partition))
+            if offset is not None:
+                offsets[topic][partition] = int(offset)
+    return dict(offsets)
+
+
+def _copies_path(app: Any) -> Path | None:
+    tabledir = getattr(getattr(app, "conf", None), "tabledir", None)
+    return None if tabledir is None else Path(tabledir) / COPIES_FILE
+
+
+def read_copies(path: Path | None) -> dict[str, dict[int, int]]:
+    """The offsets an earlier process of this worker left on disk ({} if none)."""
+    if path is None:
+        return {}
+    try:
+        return _offsets(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def write_copies(path: Path, offsets: Offsets) -> None:
+    """Keep ``offsets`` on disk for the next process, replaced atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".tmp")
+    partial.write_text(json.dumps(offsets))
+    os.replace(partial, path)
+
+
 def standby_lags(app: Any) -> dict[str, dict[int, int]]:
     """The lag of each standby copy this worker keeps: the partition's end as its
     consumer last fetched it, less the records applied."""
@@ -344,6 +412,8 @@ class WarmupWatch(Service):
 
     #: Seconds after an assignment before the follow-up rebalance may be asked for.
     settle_s = 3.0
+    #: The copies' offsets go to disk every this many checks.
+    write_every = 4
 
     def __init__(
         self,
@@ -360,6 +430,8 @@ class WarmupWatch(Service):
         self.probe_after_s = probe_after_s
         self.rejoin = rejoin or functools.partial(request_rejoin, app)
         self._asked_for = -1
+        self._asked_about: set[tuple[str, int]] = set()
+        self._ticks = 0
 
     @Service.task
     async def _watch(self) -> None:
@@ -377,6 +449,14 @@ class WarmupWatch(Service):
             return False
         lags = standby_lags(self.app)
         assignor.lags = lags
+        if not self.app.rebalancing:
+            # What the copies held open say, over what the disk said of the others (a
+            # copy this process no longer holds keeps the offset it was left at).
+            assignor.offsets = {**assignor.offsets, **copy_offsets(self.app)}
+            self._ticks += 1
+            path = _copies_path(self.app)
+            if path is not None and self._ticks % self.write_every == 0:
+                await asyncio.to_thread(write_copies, path, assignor.offsets)
         if not assignor.warmups or assignor.assignments == self._asked_for:
             return False
         if self.app.rebalancing:
@@ -385,11 +465,15 @@ class WarmupWatch(Service):
         wanted = [(t, p) for t, ps in assignor.warmups.items() for p in ps]
         warm = [(t, p) for t, p in wanted if lags.get(t, {}).get(p, acceptable + 1) <= acceptable]
         waited = time.monotonic() - assignor.assigned_at
-        if waited < self.settle_s:
+        # The same warm-ups back after asking: the leader found them behind still (they
+        # fell behind again meanwhile); ask again only after the longer wait.
+        again = set(wanted) == self._asked_about
+        if waited < (self.probe_after_s if again else self.settle_s):
             return False
         if len(warm) < len(wanted) and not (warm and waited >= self.probe_after_s):
             return False
         self._asked_for = assignor.assignments
+        self._asked_about = set(wanted)
         logger.info(
             "warm-ups within %d records (%d of %d) after %.1f s: asking the group to rebalance",
             acceptable,

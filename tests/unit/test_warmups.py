@@ -6,13 +6,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from faust.types import TP
 
-from tables.warmups import WarmupAssignor, WarmupWatch, plan_handover, standby_lags
+from tables.warmups import (
+    COPIES_FILE,
+    WarmupAssignor,
+    WarmupWatch,
+    copy_offsets,
+    plan_handover,
+    read_copies,
+    standby_lags,
+    write_copies,
+)
 
 ACCEPTABLE = 100
 
@@ -132,10 +142,16 @@ def standbys(m: WarmupAssignor) -> set[int]:
     return {tp.partition for tp in m.assigned_standbys() if tp.topic == CHANGELOG}
 
 
+def holding(m: WarmupAssignor, offset: int, partitions: Any = range(PARTITIONS)) -> None:
+    """The member's copies of ``partitions`` hold ``offset``, as its watch measured."""
+    m.offsets = {CHANGELOG: dict.fromkeys(partitions, offset)}
+
+
 def test_a_new_member_warms_up_before_partitions_move_to_it() -> None:
     first = member("http://a:1")
     join({"a": first})
     assert actives(first, SOURCE) == set(range(PARTITIONS))
+    holding(first, 5_000)
 
     second = member("http://b:1")
     join({"a": first, "b": second})
@@ -148,7 +164,7 @@ def test_a_new_member_warms_up_before_partitions_move_to_it() -> None:
     assert first.warmups == {}
 
     # b reports its copies caught up: the next rebalance moves them.
-    second.lags = {CHANGELOG: {p: 7 for p in warming}}
+    holding(second, 5_000 - 7, warming)
     given = join({"a": first, "b": second})
     assert actives(second, SOURCE) == actives(second, CHANGELOG) == warming
     assert actives(first, SOURCE) == set(range(PARTITIONS)) - warming
@@ -162,9 +178,10 @@ def test_a_new_member_warms_up_before_partitions_move_to_it() -> None:
 def test_copies_still_behind_stay_where_they_are() -> None:
     first, second = member("http://a:1"), member("http://b:1")
     join({"a": first})
+    holding(first, 5_000)
     join({"a": first, "b": second})
     warming = set(second.warmups[CHANGELOG])
-    second.lags = {CHANGELOG: {p: ACCEPTABLE + 1 for p in warming}}
+    holding(second, 5_000 - ACCEPTABLE - 1, warming)
     join({"a": first, "b": second})
     assert actives(second, SOURCE) == set()
     assert set(second.warmups[CHANGELOG]) == warming
@@ -215,6 +232,13 @@ class Rejoins:
         self.asked += 1
 
 
+class NoTables(SimpleNamespace):
+    """A table manager holding no table open (only its recovery is looked at)."""
+
+    def values(self) -> list[Any]:
+        return []
+
+
 def watched(lag: int, assigned_ago: float) -> tuple[WarmupWatch, Rejoins]:
     """A worker warming up partitions 1 and 2 of the changelog, each ``lag`` behind."""
     assignor = member("http://b:1")
@@ -225,7 +249,7 @@ def watched(lag: int, assigned_ago: float) -> tuple[WarmupWatch, Rejoins]:
     app = SimpleNamespace(
         assignor=assignor,
         rebalancing=False,
-        tables=SimpleNamespace(
+        tables=NoTables(
             recovery=SimpleNamespace(standby_tps=tps, standby_offsets={tp: 99 for tp in tps})
         ),
         consumer=SimpleNamespace(highwater=lambda _: 100 + lag),
@@ -250,3 +274,57 @@ def test_the_watch_waits_while_warmups_are_behind_or_the_assignment_is_new() -> 
     fresh, asked_fresh = watched(lag=0, assigned_ago=0.0)
     assert not asyncio.run(fresh.check())
     assert asked_behind.asked == asked_fresh.asked == 0
+
+
+def test_a_member_back_with_recent_copies_on_disk_takes_its_partitions_at_once(
+    tmp_path: Path,
+) -> None:
+    first, second = member("http://a:1"), member("http://b:1")
+    join({"a": first, "b": second})
+    held = actives(second, CHANGELOG)
+    holding(first, 9_000)
+    holding(second, 8_990, held)
+    write_copies(tmp_path / COPIES_FILE, second.offsets)
+    join({"a": first})  # b is gone: its partitions move to a
+    assert actives(first, SOURCE) == set(range(PARTITIONS))
+    # b's process starts again on its data dir: what it left on disk is its report.
+    again = member("http://b:1")
+    again.offsets = read_copies(tmp_path / COPIES_FILE)
+    assert again.offsets == {CHANGELOG: dict.fromkeys(held, 8_990)}
+    join({"a": first, "b": again})
+    assert actives(again, SOURCE) == held
+    assert again.warmups == {}
+
+
+def test_copies_on_disk_that_cannot_be_read_are_none(tmp_path: Path) -> None:
+    assert read_copies(tmp_path / "absent.json") == {}
+    (tmp_path / COPIES_FILE).write_text("not json")
+    assert read_copies(tmp_path / COPIES_FILE) == {}
+
+
+def test_the_offsets_of_the_copies_held_open_are_those_their_databases_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.main import create_app
+    from core.settings import Settings
+    from tables.faust_adapter import FaustTableStore, write_changes
+
+    monkeypatch.setenv("APP_DATADIR", str(tmp_path))
+    app = create_app(Settings())
+    table = app.tables["word_counts"]
+    write_changes(table.data, 3, [(b"fox", b"1")], 41)
+    FaustTableStore(table).partition(5)  # open, nothing written yet
+    topic = table.changelog_topic.get_topic_name()
+    assert copy_offsets(app) == {topic: {3: 41}}
+
+
+def test_the_same_warmups_back_after_asking_wait_the_longer_probe() -> None:
+    watch, rejoins = watched(lag=0, assigned_ago=WarmupWatch.settle_s + 1)
+    assert asyncio.run(watch.check())
+    assignor = watch.app.assignor
+    assignor.assignments += 1  # the leader gave the same warm-ups back
+    assignor.assigned_at = time.monotonic() - WarmupWatch.settle_s - 1
+    assert not asyncio.run(watch.check())
+    assignor.assigned_at = time.monotonic() - watch.probe_after_s - 1
+    assert asyncio.run(watch.check())
+    assert rejoins.asked == 2
