@@ -35,6 +35,17 @@ ROW_DDL = (
     "table string, partition int, raw_key binary, key string, window_start bigint, "
     "window_end bigint, value binary"
 )
+ROW_SCHEMA = pa.schema(
+    [
+        ("table", pa.string()),
+        ("partition", pa.int32()),
+        ("raw_key", pa.binary()),
+        ("key", pa.string()),
+        ("window_start", pa.int64()),
+        ("window_end", pa.int64()),
+        ("value", pa.binary()),
+    ]
+)
 DIFF_DDL = (
     "table string, key string, window_start bigint, batch_end bigint, stream_end bigint, "
     "batch binary, stream binary, status string"
@@ -205,3 +216,94 @@ def example(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def differs(entry: Mapping[str, Any]) -> bool:
     return any(entry[k] for k in DIFFERENCES)
+
+
+# -- the same, in the driver, for tables small enough to collect ----------------------------
+
+
+def _kept_rows(rows: pa.Table, horizons: Mapping[str, int]) -> Iterator[dict[str, Any]]:
+    """The rows of :func:`_kept`, as dicts."""
+    for row in rows.to_pylist():
+        horizon = horizons.get(row["table"])
+        end = row["window_end"]
+        if end is None or horizon is None or end > horizon:
+            yield row
+
+
+def _match_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What :func:`_match` matches by: the raw key, or the key and the window start."""
+    if row["window_start"] is not None:
+        return ("w", row["key"], row["window_start"])
+    return ("k", bytes(row["raw_key"]))
+
+
+def diff_rows(batch: pa.Table, live: pa.Table, horizons: Mapping[str, int]) -> list[dict[str, Any]]:
+    """:func:`diff` on rows held by the driver (:data:`ROW_DDL` as Arrow): the same rows,
+    as dicts, with the same statuses."""
+    sides: dict[tuple[Any, ...], tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+    for n, rows in enumerate((batch, live)):
+        for row in _kept_rows(rows, horizons):
+            sides.setdefault((row["table"], *_match_key(row)), ([], []))[n].append(row)
+    found = []
+    alone: list[Mapping[str, Any] | None] = [None]
+    for b_rows, s_rows in sides.values():
+        # a full outer join: every pair, or a row alone when the other side has none
+        for b in b_rows or alone:
+            for s in s_rows or alone:
+                found.append(_diff_row(b, s))
+    return found
+
+
+def _diff_row(b: Mapping[str, Any] | None, s: Mapping[str, Any] | None) -> dict[str, Any]:
+    either = b if b is not None else s
+    assert either is not None
+    b_end = None if b is None else b["window_end"]
+    s_end = None if s is None else s["window_end"]
+    b_value = None if b is None else b["value"]
+    s_value = None if s is None else s["value"]
+    if b is None:
+        status = MISSING_IN_BATCH
+    elif s is None:
+        status = MISSING_IN_STREAM
+    else:
+        status = EQUAL if b_end == s_end and same_json(b_value, s_value) else MISMATCHED
+    return {
+        "table": either["table"],
+        "key": either["key"],
+        "window_start": either["window_start"],
+        "batch_end": b_end,
+        "stream_end": s_end,
+        "batch": b_value,
+        "stream": s_value,
+        "status": status,
+    }
+
+
+def summarize_rows(
+    differences: list[dict[str, Any]], tables: list[str], examples: int
+) -> dict[str, Any]:
+    """:func:`summarize` of :func:`diff_rows`' rows."""
+    counts: dict[str, dict[str, int]] = {table: {} for table in tables}
+    for row in differences:
+        found = counts.setdefault(row["table"], {})
+        found[row["status"]] = found.get(row["status"], 0) + 1
+    differing = sorted(
+        (row for row in differences if row["status"] != EQUAL),
+        # Spark's order: strings by their UTF-8 bytes (code points), nulls first
+        key=lambda r: (r["status"], r["key"], r["window_start"] is not None, r["window_start"]),
+    )
+    shown: dict[str, list[dict[str, Any]]] = {table: [] for table in tables}
+    for row in differing:
+        listed = shown.setdefault(row["table"], [])
+        if len(listed) < examples:
+            listed.append(example(row))
+    return {
+        table: {
+            "keys_compared": sum(counts[table].values()),
+            "mismatched": counts[table].get(MISMATCHED, 0),
+            "missing_in_stream": counts[table].get(MISSING_IN_STREAM, 0),
+            "missing_in_batch": counts[table].get(MISSING_IN_BATCH, 0),
+            "examples": shown.get(table, []),
+        }
+        for table in counts
+    }

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
 from aiokafka import AIOKafkaProducer
 from pyspark.sql import DataFrame, SparkSession
 
@@ -84,6 +88,37 @@ def write_view(view: DataFrame, out: Path | str, name: str) -> None:
     a URI Spark writes to (``hdfs://``, ``s3a://``, ...): the executors write the files,
     so on a cluster it must be a place they and the driver share."""
     view.write.mode("overwrite").parquet(f"{str(out).rstrip('/')}/{name}")
+
+
+def local_path(out: Path | str) -> Path | None:
+    """The local directory ``out`` names (a path, or a ``file:`` URI), else None."""
+    if isinstance(out, Path):
+        return out
+    parts = urlsplit(out)
+    if parts.scheme == "file":
+        return Path(parts.path)
+    return Path(out) if not parts.scheme else None
+
+
+def as_text(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Binary values as text, as Spark casts them (bytes that are no UTF-8 replaced)."""
+    try:
+        return values.cast(pa.string())
+    except pa.ArrowInvalid:
+        text = [None if v is None else v.decode("utf-8", "replace") for v in values.to_pylist()]
+        return pa.chunked_array([pa.array(text, pa.string())])
+
+
+def write_local_view(view: pa.Table, out: Path | str, name: str) -> None:
+    """:func:`write_view` of rows the driver holds, to a local directory: the view's
+    folder replaced by one Parquet file (Spark reads it as it reads its own)."""
+    local = local_path(out)
+    assert local is not None
+    folder = local / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    pq.write_table(view, folder / "part-00000.parquet")
+    (folder / "_SUCCESS").touch()
 
 
 def write_report(out: Path, report: dict[str, Any]) -> Path:

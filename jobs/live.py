@@ -18,7 +18,7 @@ from pyspark.sql import functions as sf
 
 from core.topics import POSITION_KEY
 from jobs import io as kio
-from jobs.compare import ROW_DDL
+from jobs.compare import ROW_DDL, ROW_SCHEMA
 from jobs.cut import Cut
 from jobs.replay import table_row
 from tables.pipeline import TableSpec
@@ -60,22 +60,9 @@ def _decode(
                     strict=True,
                 )
             ]
-            yield pa.RecordBatch.from_pylist([row._asdict() for row in rows], schema=_ROW_SCHEMA)
+            yield pa.RecordBatch.from_pylist([row._asdict() for row in rows], schema=ROW_SCHEMA)
 
     return run
-
-
-_ROW_SCHEMA = pa.schema(
-    [
-        ("table", pa.string()),
-        ("partition", pa.int32()),
-        ("raw_key", pa.binary()),
-        ("key", pa.string()),
-        ("window_start", pa.int64()),
-        ("window_end", pa.int64()),
-        ("value", pa.binary()),
-    ]
-)
 
 
 def live_tables(

@@ -19,7 +19,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +28,7 @@ from typing import Any, TextIO, TypeVar
 if __package__ in (None, ""):  # run as a file, e.g. by spark-submit
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 
@@ -40,7 +41,7 @@ from jobs.declared import Declared, GlobalData, JobSpec, declare
 from jobs.globals import read_global_tables
 from jobs.live import changelog_topic, live_tables
 from jobs.session import build_session, ship_modules
-from jobs.stages import Recomputation, recompute, write_views
+from jobs.stages import LOCAL_ROWS, Recomputation, recompute, write_views
 
 EXIT_SAME, EXIT_DIFFERS, EXIT_ERROR, EXIT_PREFLIGHT = 0, 3, 1, 2
 DAY_MS = 86_400_000
@@ -82,6 +83,9 @@ class Options:
     partitions: int = 8
     #: The executors' garbage collector thresholds (the workers' setting).
     gc_thresholds: tuple[int, int, int] = (100_000, 50, 100)
+    #: Up to how many rows of stage 0, and of the live tables, the driver runs the later
+    #: stages, the compare and the views itself (``--local-rows``; 0: never).
+    local_rows: int = LOCAL_ROWS
 
     @property
     def views_at(self) -> Path | str:
@@ -227,15 +231,35 @@ def horizons(options: Options, declared: Declared, cut: Cut) -> dict[str, int]:
     return found
 
 
-def _live(spark: Any, options: Options, cut: Cut, declared: Declared, say: Progress) -> DataFrame:
+@dataclass
+class Live:
+    """The live tables' rows: cached in Spark (None: no changelog holds a record), and
+    held by the driver too when there are at most ``local_rows``."""
+
+    frame: DataFrame | None
+    local: pa.Table | None
+
+    def rows(self, spark: Any) -> DataFrame:
+        if self.frame is None:
+            empty: DataFrame = spark.createDataFrame([], compare.ROW_DDL)
+            return empty
+        return self.frame
+
+    def unpersist(self) -> None:
+        if self.frame is not None:
+            self.frame.unpersist()
+
+
+def _live(spark: Any, options: Options, cut: Cut, declared: Declared, say: Progress) -> Live:
     frame = live_tables(spark, options.bootstrap, cut, options.app_id, declared.plan.specs)
     if frame is None:
         say("live tables: no changelog holds a record")
-        empty: DataFrame = spark.createDataFrame([], compare.ROW_DDL)
-        return empty
+        return Live(None, compare.ROW_SCHEMA.empty_table())
     frame = frame.persist()
-    say(f"live tables: {frame.count()} keys read from their changelogs")
-    return frame
+    count = frame.count()
+    say(f"live tables: {count} keys read from their changelogs")
+    local = frame.toArrow().cast(compare.ROW_SCHEMA) if count <= options.local_rows else None
+    return Live(frame, local)
 
 
 def views(
@@ -245,7 +269,7 @@ def views(
     declared: Declared,
     global_data: GlobalData,
     say: Progress,
-) -> tuple[Recomputation, DataFrame]:
+) -> tuple[Recomputation, Live]:
     """The recomputed tables and the live ones (both cached), computed at once."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="live") as pool:
         live = pool.submit(in_pool, spark, LIVE_POOL, _live, spark, options, cut, declared, say)
@@ -259,12 +283,15 @@ def views(
             declared,
             global_data,
             say,
+            options.local_rows,
         )
         return batch, live.result()
 
 
-def _write_views(options: Options, declared: Declared, batch: Recomputation, say: Progress) -> None:
-    for name, count in write_views(batch, options.views_at, declared.plan.specs).items():
+def _write_views(
+    spark: Any, options: Options, declared: Declared, batch: Recomputation, say: Progress
+) -> None:
+    for name, count in write_views(batch, options.views_at, declared.plan.specs, spark).items():
         say(f"{name}: {count} keys recomputed")
 
 
@@ -277,15 +304,29 @@ def reconcile(
     say: Progress,
 ) -> dict[str, Any]:
     """Build the report, the recomputed tables written as Parquet meanwhile (small jobs
-    that mostly wait on each other); publish corrections with ``--repair``."""
+    that mostly wait on each other); publish corrections with ``--repair``. Both sides
+    held by the driver are compared by the driver."""
     batch, stream = views(spark, options, cut, declared, global_data, say)
     try:
+        if batch.local is not None and stream.local is not None:
+            _write_views(spark, options, declared, batch, say)
+            rows = compare.diff_rows(batch.local, stream.local, horizons(options, declared, cut))
+            return _report(options, cut, declared, batch, rows, say)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="views") as pool:
             written = pool.submit(
-                in_pool, spark, LIVE_POOL, _write_views, options, declared, batch, say
+                in_pool, spark, LIVE_POOL, _write_views, spark, options, declared, batch, say
             )
             report = in_pool(
-                spark, RECOMPUTE_POOL, _compare, options, cut, declared, batch, stream, say
+                spark,
+                RECOMPUTE_POOL,
+                _compare,
+                options,
+                cut,
+                declared,
+                batch.frame(spark),
+                stream.rows(spark),
+                batch,
+                say,
             )
             written.result()
         return report
@@ -298,27 +339,55 @@ def _compare(
     options: Options,
     cut: Cut,
     declared: Declared,
-    batch: Recomputation,
+    tables: DataFrame,
     stream: DataFrame,
+    batch: Recomputation,
     say: Progress,
 ) -> dict[str, Any]:
     plan = declared.plan
     limits = horizons(options, declared, cut)
-    differences = compare.diff(batch.tables, stream, limits).persist()
+    differences = compare.diff(tables, stream, limits).persist()
     try:
-        tables = compare.summarize(differences, list(plan.tables), options.examples)
-        for name, entry in tables.items():
-            entry["recompute"] = plan.tables[name].as_json()
-            say(f"{name}: compared {entry['keys_compared']} keys")
-        published = 0
-        if options.repair and any(compare.differs(e) for e in tables.values()):
-            published = kio.publish_corrections(options.bootstrap, corrections(differences))
-            say(f"repair: published {published} corrections")
+        summary = compare.summarize(differences, list(plan.tables), options.examples)
+        report = _report(options, cut, declared, batch, None, say, summary)
+        if options.repair and any(compare.differs(e) for e in summary.values()):
+            rows = differences.where(sf.col("status") != compare.EQUAL).toLocalIterator()
+            report["corrections_published"] = _repair(options, rows, say)
     finally:
         differences.unpersist()
+    return report
+
+
+def _repair(options: Options, rows: Iterable[Any], say: Progress) -> int:
+    published = kio.publish_corrections(options.bootstrap, corrections(rows))
+    say(f"repair: published {published} corrections")
+    return published
+
+
+def _report(
+    options: Options,
+    cut: Cut,
+    declared: Declared,
+    batch: Recomputation,
+    rows: list[dict[str, Any]] | None,
+    say: Progress,
+    summary: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The report; ``rows`` (compared by the driver) are summarized and, with
+    ``--repair``, published as corrections."""
+    plan = declared.plan
+    if summary is None:
+        assert rows is not None
+        summary = compare.summarize_rows(rows, list(plan.tables), options.examples)
+    for name, entry in summary.items():
+        entry["recompute"] = plan.tables[name].as_json()
+        say(f"{name}: compared {entry['keys_compared']} keys")
+    published = 0
+    if rows is not None and options.repair and any(compare.differs(e) for e in summary.values()):
+        published = _repair(options, (r for r in rows if r["status"] != compare.EQUAL), say)
     return {
         "cut": cut.as_json(),
-        "tables": tables,
+        "tables": summary,
         "not_recomputed": [entry.as_json() for entry in plan.not_recomputed],
         "pipelines": _pipelines(declared),
         "figures": batch.figures,
@@ -328,7 +397,7 @@ def _compare(
         "group_lag": cut.group_lag,
         "group_members": cut.group_members,
         "log_start": {t: {str(p): o for p, o in v.items()} for t, v in cut.log_start.items()},
-        "window_horizons_ms": limits,
+        "window_horizons_ms": horizons(options, declared, cut),
         "corrections_published": published,
     }
 
@@ -348,9 +417,9 @@ def _pipelines(declared: Declared) -> dict[str, dict[str, Any]]:
     return found
 
 
-def corrections(differences: DataFrame) -> Iterator[tuple[bytes, bytes]]:
-    """The ``corrections`` records of every differing key."""
-    rows = differences.where(sf.col("status") != compare.EQUAL).toLocalIterator()
+def corrections(rows: Iterable[Any]) -> Iterator[tuple[bytes, bytes]]:
+    """The ``corrections`` records of the differing keys ``rows`` (rows of
+    :data:`jobs.compare.DIFF_DDL`, or dicts of the same)."""
     for row in rows:
         start = row["window_start"]
         batch_window = (
@@ -483,6 +552,13 @@ def parse_args(argv: list[str] | None = None, settings: Settings | None = None) 
     parser.add_argument("--examples", type=int, default=10, help="examples per table in the report")
     parser.add_argument("--shuffle-partitions", type=int, default=None)
     parser.add_argument(
+        "--local-rows",
+        type=int,
+        default=LOCAL_ROWS,
+        help="up to how many rows of the first stage (and of the live tables) the driver "
+        "runs the later stages, the compare and the views itself (0: never)",
+    )
+    parser.add_argument(
         "--python-env",
         default=None,
         metavar="PYTHON",
@@ -525,6 +601,7 @@ def parse_args(argv: list[str] | None = None, settings: Settings | None = None) 
         max_event_bytes=settings.max_event_bytes,
         window_retention_ms=int(settings.window_retention_days * DAY_MS),
         shuffle_partitions=args.shuffle_partitions,
+        local_rows=args.local_rows,
         python_env=args.python_env,
         preflight_only=args.preflight_only,
         spark_conf=tuple(args.conf),

@@ -172,6 +172,25 @@ def test_the_views_hold_each_recomputed_table(
         assert row["window_end"] > row["window_start"]
 
 
+def test_above_the_local_rows_spark_reports_and_writes_what_the_driver_does(
+    first_report: tuple[int, dict[str, Any], Path], spark: Any, kafka: LocalKafka, tmp_path: Path
+) -> None:
+    """With ``local_rows=0`` the later stages, the compare and the views run as Spark
+    jobs: the same report and the same views as the driver's."""
+    status, local, local_out = first_report
+    assert run(options(kafka, tmp_path, local_rows=0), spark) == status
+    found = report(tmp_path)
+    for part in ("tables", "figures", "pipelines", "not_recomputed", "cut", "global_tables"):
+        assert found[part] == local[part], part
+    for name in local["tables"]:
+        assert _view(spark, tmp_path / name) == _view(spark, local_out / name), name
+
+
+def _view(spark: Any, folder: Path) -> list[tuple[Any, ...]]:
+    frame = spark.read.parquet(str(folder))
+    return [frame.columns, *sorted(tuple(row) for row in frame.collect())]
+
+
 def test_the_command_line_reads_the_pipeline_modules_from_the_settings(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:
@@ -252,6 +271,10 @@ def test_a_changed_live_value_is_found_and_repaired_in_the_contracts_format(
     assert same_value(inventory["value"], driver.table("inventory")[store])
     assert inventory["expected"] is None
     assert POSITION_KEY not in {r.key for r in read_topic(kafka.bootstrap, "corrections")}
+    # The compare run as Spark jobs finds the same differences and examples.
+    on_spark = tmp_path / "on-spark"
+    assert run(options(kafka, on_spark, local_rows=0), spark) == EXIT_DIFFERS
+    assert report(on_spark)["tables"] == tables
 
 
 class _Drift:
