@@ -188,6 +188,14 @@ def summarize(differences: DataFrame, tables: list[str], examples: int) -> dict[
     )
     for row in picked:
         shown.setdefault(row["table"], []).append(example(row.asDict()))
+    return _entries(counts, shown)
+
+
+def _entries(
+    counts: Mapping[str, Mapping[str, int]], shown: Mapping[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """The report's entry of each table: keys compared, each difference counted, and
+    the examples shown."""
     return {
         table: {
             "keys_compared": sum(counts[table].values()),
@@ -297,13 +305,4 @@ def summarize_rows(
         listed = shown.setdefault(row["table"], [])
         if len(listed) < examples:
             listed.append(example(row))
-    return {
-        table: {
-            "keys_compared": sum(counts[table].values()),
-            "mismatched": counts[table].get(MISMATCHED, 0),
-            "missing_in_stream": counts[table].get(MISSING_IN_STREAM, 0),
-            "missing_in_batch": counts[table].get(MISSING_IN_BATCH, 0),
-            "examples": shown.get(table, []),
-        }
-        for table in counts
-    }
+    return _entries(counts, shown)
