@@ -450,13 +450,8 @@ class Engine:
                     continue
                 runs.append((task, fetched_here))
             # The partitions a rebalance brought start together: each opens its producer
-            # (a transactional one under exactly_once) and reads its committed offsets;
-            # a fetch that reaches back to them is applied at once.
-            begun = await asyncio.gather(*(self._start_or_stall(p, f) for p, f in starts))
-            for (partition, _), kept in zip(starts, begun, strict=True):
-                task = self.tasks.get(partition)
-                if kept and task is not None:
-                    runs.append((task, kept))
+            # (a transactional one under exactly_once) and reads its committed offsets.
+            await asyncio.gather(*(self._start_or_stall(p, f) for p, f in starts))
             if not runs:
                 return
             await self._commit(await self._run(runs, moved))
@@ -743,25 +738,21 @@ class Engine:
 
     async def _start_or_stall(
         self, partition: int, fetched: Mapping[TP, Sequence[SourceRecord]]
-    ) -> dict[TP, Sequence[SourceRecord]]:
+    ) -> None:
         try:
-            return await self._start(partition, fetched)
+            await self._start(partition, fetched)
         except EngineFailure as exc:
             await self._stall(partition, fetched, exc, None)
-            return {}
 
-    async def _start(
-        self, partition: int, fetched: Mapping[TP, Sequence[SourceRecord]]
-    ) -> dict[TP, Sequence[SourceRecord]]:
-        """Set up the task of a partition this worker now holds, at the committed offsets;
-        the fetched records it may apply now (those of a partition whose fetch began at
-        or before its committed offset). The others are fetched again from there."""
+    async def _start(self, partition: int, fetched: Mapping[TP, Sequence[SourceRecord]]) -> None:
+        """Set up the task of a partition this worker now holds; what was fetched for it
+        is dropped and fetched again from the committed offsets."""
         if not self.connector.ready(partition):
             # Not restored here yet (or the group is rebalancing): fetch these records
             # again. Dropped, they would wait for the partition's next record to start
             # its task, and a partition that receives nothing more would never apply them.
             await self.refetch(fetched)
-            return {}
+            return
         await self.connector.prepare()
         if not self.limits.read:
             await self._read_limits(self.sends)
@@ -782,8 +773,7 @@ class Engine:
                 committed = {tp: ahead[tp] for tp in tps}
             else:
                 committed = await self.connector.committed(tps)
-            kept = _reaching_back(fetched, committed)
-            await self.connector.seek({tp: o for tp, o in committed.items() if tp not in kept})
+            await self.connector.seek(committed)
         except Exception as exc:
             await producer.close()
             raise EngineFailure(f"task {partition}: no committed offsets: {exc!r}") from exc
@@ -810,7 +800,6 @@ class Engine:
             partition,
             ", ".join(f"{tp.topic}={o}" for tp, o in sorted(committed.items())),
         )
-        return kept
 
     async def _open_producer(self, partition: int) -> Producer:
         producer = self.connector.producer(partition, transactional=self.exactly_once)
@@ -952,18 +941,3 @@ class Engine:
                 if end is not None:
                     lag[tp] = max(0, end - (offset or 0))
         return lag
-
-
-def _reaching_back(
-    fetched: Mapping[TP, Sequence[SourceRecord]], committed: Mapping[TP, int | None]
-) -> dict[TP, Sequence[SourceRecord]]:
-    """The fetched batches a starting task may apply as they are, leaving the consumer
-    where it is: those that hold their partition's committed offset or end right before
-    it (the task skips what lies below it). Every other partition, one with no committed
-    offset too, is sought to its committed offset and its batch fetched again."""
-    kept: dict[TP, Sequence[SourceRecord]] = {}
-    for tp, records in fetched.items():
-        offset = committed.get(tp)
-        if records and offset is not None and records[0].offset <= offset <= records[-1].offset + 1:
-            kept[tp] = records
-    return kept

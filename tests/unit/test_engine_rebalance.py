@@ -4,8 +4,7 @@ revokes every partition at every rebalance); only those assigned elsewhere close
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -219,56 +218,3 @@ def test_an_assignment_right_after_another_closes_its_producers_before_opening_i
     asyncio.run(go())
     first, second = (id(producer) for producer in connector.made[0])
     assert connector.order.index(("close", first)) < connector.order.index(("open", second))
-
-
-@dataclass
-class CountingSeeks(LogConnector):
-    sought: list[dict[TP, int | None]] = field(default_factory=list)
-
-    async def seek(self, offsets: Mapping[TP, int | None]) -> None:
-        self.sought.append(dict(offsets))
-        await super().seek(offsets)
-
-
-@pytest.mark.parametrize("exactly_once", [False, True])
-def test_a_starting_task_applies_a_fetch_that_reaches_back_to_its_committed_offset(
-    exactly_once: bool,
-) -> None:
-    # The previous owner committed text-lines 0 up to 2; this worker's consumer fetched
-    # from 0 (an earlier seek): the task skips what lies below 2 and applies the rest of
-    # the same fetch, with no seek of that partition and no second fetch.
-    log, table = Log(), MemoryTable(WORD_COUNTS)
-    lines(log, TEXTS[:12])
-    source = TP(TEXT_LINES, 0)
-    log.committed[source] = 2
-    connector = CountingSeeks(log, exactly_once)
-    engine = word_engine(connector, table)
-    asyncio.run(offer_next(engine, connector, 5))
-
-    task = engine.tasks[0]
-    assert task.checkpoint.next[source] == 5
-    assert all(source not in sought for sought in connector.sought)
-    assert connector.positions[source] == 5
-    run(engine, connector)
-    # Lines 0 and 2 (partition 0's offsets 0 and 1) were applied by the previous owner.
-    applied_here = [text for n, text in enumerate(TEXTS[:12]) if n not in (0, 2)]
-    want = Counter(word.encode() for text in applied_here for word in text.lower().split())
-    assert table.values() == dict(want)
-
-
-@pytest.mark.parametrize("exactly_once", [False, True])
-def test_a_starting_task_fetches_again_from_its_committed_offset_when_the_fetch_skipped_it(
-    exactly_once: bool,
-) -> None:
-    log, table = Log(), MemoryTable(WORD_COUNTS)
-    lines(log, TEXTS[:12])
-    source = TP(TEXT_LINES, 0)
-    log.committed[source] = 1
-    connector = CountingSeeks(log, exactly_once)
-    connector.positions[source] = 3  # records 1 and 2 not in the fetch
-    engine = word_engine(connector, table)
-    asyncio.run(offer_next(engine, connector, 5))
-
-    assert any(sought.get(source) == 1 for sought in connector.sought)
-    assert engine.tasks[0].checkpoint.next[source] == 1
-    assert connector.positions[source] == 1
