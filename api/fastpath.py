@@ -10,20 +10,26 @@ values FastAPI would refuse, a missing or wrong token, a key FastAPI or
 :func:`~api.queries.encode_key` would refuse) goes to the FastAPI app unchanged, which
 answers it, errors included, exactly as before.
 
+A peer's batch of plain key reads (``GET /internal/reads/{table}?key=..``, see
+:mod:`api.peers`) is answered here too, each key as a forwarded read.
+
 Such a read does not become an ASGI request at all: :class:`KeyReadProtocol`, the
 worker's uvicorn protocol, answers it from the parsed request line and headers, at once
 when this worker's own copy answers it (the most frequent case, and a forwarded read's
-case on the worker it was forwarded to) and by a task otherwise, and writes the response
-in one write. :class:`KeyReads` answers the same reads as an ASGI app, for a server that
-does not use the protocol.
+case on the worker it was forwarded to); from the owner's answer when the owner holds
+it, with no task (the read joins the owner's batch of this turn of the event loop); and
+by a task otherwise. The response goes out in one write. :class:`KeyReads` answers the
+same reads as an ASGI app, for a server that does not use the protocol.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hmac
 import logging
 import time
+from collections.abc import Awaitable
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
@@ -33,8 +39,17 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from api.errors import QueryError
 from api.metrics import QUERY_LATENCY
-from api.peers import FORWARDED_HEADER
-from api.queries import MAX_KEY_BYTES, MAX_WAIT_MS, Answer, KeyQuery, Queries, ReadOptions
+from api.peers import BATCH_KEYS, BATCH_ROUTE, FORWARDED_HEADER, PeerAnswer
+from api.queries import (
+    MAX_KEY_BYTES,
+    MAX_WAIT_MS,
+    Answer,
+    KeyQuery,
+    Queries,
+    ReadOptions,
+    owners_answer,
+)
+from api.routing import QueryTable
 from api.tokens import MAX_TOKEN_CHARS
 
 Headers = list[tuple[bytes, bytes]]
@@ -45,6 +60,8 @@ logger = logging.getLogger(__name__)
 
 #: The route template the FastAPI app reports for key reads (the latency metric's label).
 KEY_ROUTE = "/tables/{table}/keys/{key:path}"
+#: The route template of a peer's batch of reads (the latency metric's label).
+BATCH_TEMPLATE = BATCH_ROUTE + "{table}"
 _PREFIX = "/tables/"
 _KEYS = "/keys/"
 _FORWARDED = FORWARDED_HEADER.lower().encode("latin-1")
@@ -60,18 +77,24 @@ class KeyReads:
 
     def __init__(self, api: Any) -> None:
         self.api = api
-        self._latency: dict[str, Any] = {}
+        self._latency: dict[tuple[str, str], Any] = {}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "GET":
             await self.api(scope, receive, send)
             return
         started = time.perf_counter()
-        read = self.plain_read(scope["path"], scope["query_string"], scope["headers"])
-        if read is None:  # not a plain key read (plain_read checks the path)
+        request = self.lean_request(scope["path"], scope["query_string"], scope["headers"])
+        if request is None:  # not a plain key read nor a batch (lean_request checks)
             await self.api(scope, receive, send)
             return
-        status, body, headers = await self.answer(*read)
+        response = request.now()
+        if response is None:
+            soon = request.soon()
+            response = None if soon is None else request.relay(await soon)
+        if response is None:
+            response = await request.later()
+        status, body, headers = response
         await send(
             {
                 "type": "http.response.start",
@@ -84,10 +107,10 @@ class KeyReads:
             }
         )
         await send({"type": "http.response.body", "body": body})
-        self.observe(headers, started)
+        request.observe(headers, started)
 
     @functools.cached_property
-    def _queries(self) -> Queries:
+    def queries(self) -> Queries:
         queries: Queries = self.api.state.queries  # set before the app serves
         return queries
 
@@ -96,13 +119,46 @@ class KeyReads:
         token: str | None = self.api.state.worker.settings.api_token
         return token
 
-    def observe(self, headers: Headers, started: float) -> None:
+    def observe(self, headers: Headers, started: float, route: str = KEY_ROUTE) -> None:
         """The read's latency, in the metric the FastAPI routes report to."""
         replica = next((v.decode() for k, v in headers if k == b"x-replica"), "none")
-        child = self._latency.get(replica)
+        child = self._latency.get((route, replica))
         if child is None:
-            child = self._latency[replica] = QUERY_LATENCY.labels(route=KEY_ROUTE, replica=replica)
+            child = QUERY_LATENCY.labels(route=route, replica=replica)
+            self._latency[(route, replica)] = child
         child.observe(time.perf_counter() - started)
+
+    def lean_request(self, path: str, query_string: bytes, headers: Headers) -> LeanRequest | None:
+        """The request answered here: a plain key read or a peer's batch of them; None
+        to leave the request to FastAPI. ``path`` is percent-decoded."""
+        if path.startswith(BATCH_ROUTE):
+            batch = self.plain_batch(path, query_string, headers)
+            return None if batch is None else BatchRead(self, *batch)
+        read = self.plain_read(path, query_string, headers)
+        return None if read is None else KeyRead(self, *read)
+
+    def plain_batch(
+        self, path: str, query_string: bytes, headers: Headers
+    ) -> tuple[QueryTable, list[str], str] | None:
+        """The table, keys and sender of a peer's batch of plain reads, or None to leave
+        the request to FastAPI (which answers what is wrong with it)."""
+        table_name = path[len(BATCH_ROUTE) :]
+        if not table_name or "/" in table_name:
+            return None
+        table = self.queries.tables.get(table_name)
+        if table is None or table.kind != "table":
+            return None
+        forwarded, authorization = _sender(headers)
+        if not _authorized(self._token, authorization):
+            return None
+        try:
+            pairs = parse_qsl(query_string.decode("latin-1"), strict_parsing=True)
+        except ValueError:
+            return None
+        keys = [value for name, value in pairs if name == "key"]
+        if not keys or len(keys) != len(pairs) or len(keys) > BATCH_KEYS:
+            return None
+        return table, keys, forwarded or "peer"
 
     def plain_read(
         self, path: str, query_string: bytes, headers: Headers
@@ -117,17 +173,11 @@ class KeyReads:
         options = read_options(query_string)
         if options is None:
             return None
-        queries = self._queries
+        queries = self.queries
         table = queries.tables.get(table_name)
         if table is None or table.kind == "windowed":
             return None
-        forwarded: str | None = None
-        authorization: bytes | None = None
-        for name, value in headers:
-            if name == b"authorization":
-                authorization = value
-            elif name == _FORWARDED:
-                forwarded = value.decode("latin-1")
+        forwarded, authorization = _sender(headers)
         if not _authorized(self._token, authorization):
             return None
         try:
@@ -140,7 +190,7 @@ class KeyReads:
         """The response to a read that needs neither a wait nor another worker, or None
         when :meth:`answer` must give it."""
         try:
-            answer = self._queries.read_now(query, forwarded)
+            answer = self.queries.read_now(query, forwarded)
         except QueryError as error:
             return _refusal(error)
         return None if answer is None else _response(answer)
@@ -148,10 +198,116 @@ class KeyReads:
     async def answer(self, query: KeyQuery, forwarded: str | None) -> Response:
         """The response to a plain key read, whatever it needs."""
         try:
-            answer: Answer = await self._queries.read(query, forwarded)
+            answer: Answer = await self.queries.read(query, forwarded)
         except QueryError as error:
             return _refusal(error)
         return _response(answer)
+
+
+class LeanRequest:
+    """A request :class:`KeyReads` answers: at once (:meth:`now`), from an answer that
+    comes (:meth:`soon`, then :meth:`relay`), or else by :meth:`later`."""
+
+    __slots__ = ("reads",)
+
+    def __init__(self, reads: KeyReads) -> None:
+        self.reads = reads
+
+    def now(self) -> Response | None:
+        """The response when nothing needs awaiting, else None."""
+        raise NotImplementedError
+
+    def soon(self) -> asyncio.Future[PeerAnswer | None] | None:
+        """The answer of a peer that is asked now, which :meth:`relay` makes the
+        response; None when the request takes :meth:`later`."""
+        return None
+
+    def relay(self, answer: PeerAnswer | None) -> Response | None:
+        """The response from what :meth:`soon` gave, or None to answer by :meth:`later`."""
+        return None
+
+    def later(self) -> Awaitable[Response]:
+        """The response, whatever it needs."""
+        raise NotImplementedError
+
+    def observe(self, headers: Headers, started: float) -> None:
+        raise NotImplementedError
+
+
+class KeyRead(LeanRequest):
+    """A plain key read."""
+
+    __slots__ = ("forwarded", "query")
+
+    def __init__(self, reads: KeyReads, query: KeyQuery, forwarded: str | None) -> None:
+        super().__init__(reads)
+        self.query = query
+        self.forwarded = forwarded
+
+    def __str__(self) -> str:
+        return f"key read {self.query.path}"
+
+    def now(self) -> Response | None:
+        return self.reads.answer_now(self.query, self.forwarded)
+
+    def soon(self) -> asyncio.Future[PeerAnswer | None] | None:
+        queries = self.reads.queries
+        owner = queries.forward_owner(self.query, self.forwarded)
+        if owner is None:
+            return None
+        table, key = self.query.table.name, self.query.key
+        return queries.peers.read_soon(owner, table, key, purpose="owner")
+
+    def relay(self, answer: PeerAnswer | None) -> Response | None:
+        relayed = owners_answer(answer)
+        return None if relayed is None else _response(relayed)
+
+    def later(self) -> Awaitable[Response]:
+        return self.reads.answer(self.query, self.forwarded)
+
+    def observe(self, headers: Headers, started: float) -> None:
+        self.reads.observe(headers, started)
+
+
+class BatchRead(LeanRequest):
+    """A peer's batch of plain reads of one table, each answered as a forwarded read."""
+
+    __slots__ = ("forwarded", "keys", "table")
+
+    def __init__(self, reads: KeyReads, table: QueryTable, keys: list[str], forwarded: str) -> None:
+        super().__init__(reads)
+        self.table = table
+        self.keys = keys
+        self.forwarded = forwarded
+
+    def __str__(self) -> str:
+        return f"batch of {len(self.keys)} reads of {self.table.name}"
+
+    def now(self) -> Response | None:
+        found = self.reads.queries.read_many_now(self.table, self.keys, self.forwarded)
+        return None if found is None else _answers(found)
+
+    async def later(self) -> Response:
+        return _answers(await self.reads.queries.read_many(self.table, self.keys, self.forwarded))
+
+    def observe(self, headers: Headers, started: float) -> None:
+        self.reads.observe(headers, started, BATCH_TEMPLATE)
+
+
+def _answers(found: list[tuple[int, Any]]) -> Response:
+    return 200, orjson.dumps({"answers": found}), []
+
+
+def _sender(headers: Headers) -> tuple[str | None, bytes | None]:
+    """Who forwarded a request (the marker header's value), and its authorization."""
+    forwarded: str | None = None
+    authorization: bytes | None = None
+    for name, value in headers:
+        if name == b"authorization":
+            authorization = value
+        elif name == _FORWARDED:
+            forwarded = value.decode("latin-1")
+    return forwarded, authorization
 
 
 def _refusal(error: QueryError) -> Response:
@@ -307,10 +463,10 @@ class KeyReadProtocol(HttpToolsProtocol):
                 path = ""  # uvicorn's own path refuses it
             if "%" in path:
                 path = unquote(path)
-            read = reads.plain_read(path, parsed.query or b"", self.headers) if path else None
-            if read is not None:
+            request = reads.lean_request(path, parsed.query or b"", self.headers) if path else None
+            if request is not None:
                 keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
-                self._answer(reads, read, keep_alive)
+                self._answer(request, keep_alive)
                 return
         super().on_headers_complete()
 
@@ -318,38 +474,66 @@ class KeyReadProtocol(HttpToolsProtocol):
         if not isinstance(self.cycle, _Cycle):  # a GET's body: nothing reads it
             super().on_body(body)
 
-    def _answer(self, reads: KeyReads, read: tuple[KeyQuery, str | None], keep_alive: bool) -> None:
+    def _answer(self, request: LeanRequest, keep_alive: bool) -> None:
         started = time.perf_counter()
         cycle = _Cycle(keep_alive)
         self.cycle = cycle  # type: ignore[assignment]  # what uvicorn's callbacks use of it
+        soon: asyncio.Future[PeerAnswer | None] | None = None
         try:
-            response = reads.answer_now(*read)
+            response = request.now()
+            if response is None:
+                soon = request.soon()
         except Exception:
-            logger.exception("key read %s failed", read[0].path)
+            logger.exception("%s failed", request)
             cycle.keep_alive = False
             response = _FAILED
         if response is not None:
-            self._send(cycle, response, started)
+            self._send(cycle, request, response, started)
+        elif soon is not None:
+            soon.add_done_callback(functools.partial(self._relay, request, cycle, started))
+        else:
+            self._answer_later(request, cycle, started)
+
+    def _relay(
+        self,
+        request: LeanRequest,
+        cycle: _Cycle,
+        started: float,
+        soon: asyncio.Future[PeerAnswer | None],
+    ) -> None:
+        if cycle.disconnected or self.transport.is_closing():
+            cycle.response_complete = True
             return
-        task = self.loop.create_task(self._answer_later(reads, cycle, read, started))
+        try:
+            response = None if soon.cancelled() else request.relay(soon.result())
+        except Exception:
+            logger.exception("%s: relaying the owner's answer failed", request)
+            response = None
+        if response is None:  # the owner did not answer it: the whole way then
+            self._answer_later(request, cycle, started)
+        else:
+            self._send(cycle, request, response, started)
+
+    def _answer_later(self, request: LeanRequest, cycle: _Cycle, started: float) -> None:
+        task = self.loop.create_task(self._later(request, cycle, started))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 
-    async def _answer_later(
-        self, reads: KeyReads, cycle: _Cycle, read: tuple[KeyQuery, str | None], started: float
-    ) -> None:
+    async def _later(self, request: LeanRequest, cycle: _Cycle, started: float) -> None:
         try:
-            response = await reads.answer(*read)
+            response = await request.later()
         except Exception:
-            logger.exception("key read %s failed", read[0].path)
+            logger.exception("%s failed", request)
             cycle.keep_alive = False
             response = _FAILED
         if cycle.disconnected or self.transport.is_closing():
             cycle.response_complete = True
             return
-        self._send(cycle, response, started)
+        self._send(cycle, request, response, started)
 
-    def _send(self, cycle: _Cycle, response: Response, started: float) -> None:
+    def _send(
+        self, cycle: _Cycle, request: LeanRequest, response: Response, started: float
+    ) -> None:
         status, body, headers = response
         content = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
@@ -364,6 +548,5 @@ class KeyReadProtocol(HttpToolsProtocol):
         cycle.response_complete = True
         if not cycle.keep_alive:
             self.transport.close()
-        assert self._reads is not None
-        self._reads.observe(headers, started)
+        request.observe(headers, started)
         self.on_response_complete()

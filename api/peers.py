@@ -1,6 +1,13 @@
 """Calls to the other workers of the group, with short timeouts: forwarded reads through
 the lean pooled client of :mod:`api.peerhttp`, change streams through aiohttp's.
 
+Plain key reads (no consistency parameters, no window) of one peer's table asked for in
+the same turn of the event loop go to it as one request, ``GET /internal/reads/{table}
+?key=..&key=..`` (:data:`BATCH_ROUTE`): the peer answers each key as it answers a forwarded
+read, and each read gets its own answer. A read alone in its turn goes as a plain
+``GET /tables/{table}/keys/{key}``, and so do the reads of a peer that does not know the
+batch route (an older version, during a rolling upgrade).
+
 Every call carries the marker header :data:`FORWARDED_HEADER` (a worker that receives it
 answers from its own copies only, so a read is forwarded at most once) and the API token
 when one is set. Callers pass only URLs taken from the group's assignment metadata.
@@ -8,7 +15,9 @@ when one is set. Callers pass only URLs taken from the group's assignment metada
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -26,6 +35,13 @@ logger = logging.getLogger(__name__)
 FORWARDED_HEADER = "X-Streamstate-Forwarded"
 #: Longest silence on a relayed change stream (its heartbeats come every 15 s).
 STREAM_READ_S = 40.0
+#: The path of a peer's batch of plain key reads; the table's name follows.
+BATCH_ROUTE = "/internal/reads/"
+#: The most keys in one batch, and the longest query string of one (percent-encoded).
+BATCH_KEYS = 64
+BATCH_QUERY_CHARS = 8000
+#: How long a peer that refused a batch is sent single reads before it is tried again.
+UNBATCHED_S = 60.0
 
 
 def quote_segment(segment: str) -> str:
@@ -42,6 +58,29 @@ class PeerAnswer:
     body: Any
 
 
+#: One plain read waiting for its batch: the key, its answer's future, and its purpose.
+_Read = tuple[str, "asyncio.Future[PeerAnswer | None]", str]
+
+
+def batch_targets(table: str, keys: list[str]) -> list[tuple[str, int]]:
+    """The requests of a batch of ``keys``: (path and query, number of keys), in order,
+    each within :data:`BATCH_KEYS` keys and :data:`BATCH_QUERY_CHARS` characters."""
+    head = f"{BATCH_ROUTE}{quote_segment(table)}?"
+    targets: list[tuple[str, int]] = []
+    parts: list[str] = []
+    chars = 0
+    for key in keys:
+        part = "key=" + quote(key, safe="")
+        if parts and (len(parts) == BATCH_KEYS or chars + len(part) > BATCH_QUERY_CHARS):
+            targets.append((head + "&".join(parts), len(parts)))
+            parts, chars = [], 0
+        parts.append(part)
+        chars += len(part) + 1
+    if parts:
+        targets.append((head + "&".join(parts), len(parts)))
+    return targets
+
+
 class Peers:
     """The HTTP client a worker uses to reach its peers."""
 
@@ -53,6 +92,11 @@ class Peers:
         self._reads = PeerClient(self._headers(), connect_s=min(0.5, timeout))
         #: the forwards counter of each (purpose, outcome), looked up once
         self._forwards: dict[tuple[str, str], Any] = {}
+        #: plain reads asked for in this turn of the event loop, by peer and table
+        self._waiting: dict[tuple[str, str], list[_Read]] = {}
+        #: peers that refused a batch, and until when they are sent single reads
+        self._unbatched: dict[str, float] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -95,6 +139,69 @@ class Peers:
         self._count(purpose, str(status))
         return PeerAnswer(base, status, body)
 
+    def read_soon(
+        self, base: str, table: str, key: str, *, purpose: str
+    ) -> asyncio.Future[PeerAnswer | None]:
+        """A plain read of ``key`` in ``table`` from the peer's own copy, sent in one
+        request with the other plain reads of the same peer and table asked for in this
+        turn of the event loop. The future gives what :meth:`get` gives for the read."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[PeerAnswer | None] = loop.create_future()
+        if not self._waiting:
+            loop.call_soon(self._send_waiting)
+        self._waiting.setdefault((base, table), []).append((key, future, purpose))
+        return future
+
+    def _send_waiting(self) -> None:
+        waiting, self._waiting = self._waiting, {}
+        for (base, table), reads in waiting.items():
+            task = asyncio.get_running_loop().create_task(self._send_reads(base, table, reads))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send_reads(self, base: str, table: str, reads: list[_Read]) -> None:
+        try:
+            if len(reads) == 1 or self._unbatched.get(base, 0.0) > time.monotonic():
+                await asyncio.gather(*(self._send_one(base, table, read) for read in reads))
+                return
+            sends, done = [], 0
+            for target, count in batch_targets(table, [key for key, _, _ in reads]):
+                sends.append(self._send_batch(base, table, target, reads[done : done + count]))
+                done += count
+            await asyncio.gather(*sends)
+        finally:
+            for _, future, _ in reads:  # a read no answer reached: none
+                if not future.done():
+                    future.set_result(None)
+
+    async def _send_one(self, base: str, table: str, read: _Read) -> None:
+        key, future, purpose = read
+        path = f"/tables/{quote_segment(table)}/keys/{quote_segment(key)}"
+        answer = await self.get(base, path, {}, purpose=purpose)
+        if not future.done():
+            future.set_result(answer)
+
+    async def _send_batch(self, base: str, table: str, target: str, reads: list[_Read]) -> None:
+        try:
+            status, raw = await self._reads.get(base, target, self.timeout)
+        except (TimeoutError, PeerHTTPError) as error:
+            outcome = "timeout" if isinstance(error, TimeoutError) else "unreachable"
+            for _, _, purpose in reads:
+                self._count(purpose, outcome)
+            logger.debug("peer %s batch of %d reads %s: %s", base, len(reads), outcome, error)
+            return
+        answers = _batch_answers(raw, len(reads)) if status == 200 else None
+        if answers is None:
+            # Not a batch's answer (a peer that does not know the route): single reads.
+            logger.info("peer %s answered %d to a batch of reads: single reads now", base, status)
+            self._unbatched[base] = time.monotonic() + UNBATCHED_S
+            await asyncio.gather(*(self._send_one(base, table, read) for read in reads))
+            return
+        for (_, future, purpose), (code, body) in zip(reads, answers, strict=True):
+            self._count(purpose, str(code))
+            if not future.done():
+                future.set_result(PeerAnswer(base, code, body))
+
     def _count(self, purpose: str, outcome: str) -> None:
         counter = self._forwards.get((purpose, outcome))
         if counter is None:
@@ -133,7 +240,23 @@ class Peers:
         return response
 
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
         self._reads.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _batch_answers(raw: bytes, count: int) -> list[tuple[int, Any]] | None:
+    """The ``count`` (status, body) pairs of a batch's answer, or None when it is not one."""
+    try:
+        found = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    answers = found.get("answers") if isinstance(found, dict) else None
+    if not isinstance(answers, list) or len(answers) != count:
+        return None
+    if not all(isinstance(a, list) and len(a) == 2 and isinstance(a[0], int) for a in answers):
+        return None
+    return [(status, body) for status, body in answers]

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.errors import BadRequest, NoReplica, NotFound, NotHeldHere, NotYet
+from api.errors import BadRequest, NoReplica, NotFound, NotHeldHere, NotYet, QueryError
 from api.local import LocalCopy, LocalState, Window
 from api.peers import PeerAnswer, Peers, quote_segment
 from api.positions import HeldPositions, Positions, PositionWaits, ReadPosition
@@ -158,6 +158,12 @@ class KeyQuery:
         return f"/tables/{quote_segment(self.table.name)}/keys/{quote_segment(self.key)}"
 
     @property
+    def plain(self) -> bool:
+        """No consistency parameter and no window: a read peers answer in batches."""
+        c = self.consistency
+        return self.table.kind == "table" and c.token is None and not c.bounded
+
+    @property
     def params(self) -> dict[str, Any]:
         return {"at": self.at, "from": self.start, "to": self.end, **self.consistency.params}
 
@@ -205,6 +211,16 @@ def rank(answer: PeerAnswer) -> tuple[int, float, int]:
 def relayable(answer: PeerAnswer) -> bool:
     """An owner's answer is relayed unless it failed (5xx) or holds no copy (421)."""
     return answer.status < 500 and answer.status != 421 and isinstance(answer.body, dict)
+
+
+def owners_answer(answer: PeerAnswer | None) -> Answer | None:
+    """The owner's answer to relay as the read's: any but a failure, a refusal, and a
+    200 or 404 of a copy that is not active (still restoring: maybe behind a standby)."""
+    if answer is None or not relayable(answer):
+        return None
+    if answer.status in (200, 404) and answer.body.get("replica") != "active":
+        return None
+    return Answer(answer.status, answer.body)
 
 
 def absent(status: int, body: dict[str, Any]) -> bool:
@@ -398,6 +414,51 @@ class Queries:
                     raise
                 await asyncio.sleep(PEER_RETRY_SECONDS)
 
+    def forward_owner(self, query: KeyQuery, forwarded_by: str | None) -> str | None:
+        """The peer to ask first for a plain read (no consistency, no window) that this
+        worker's active copy cannot answer: the partition's owner; None for any other
+        read, or when the owner is unknown."""
+        if forwarded_by is not None or not query.plain:
+            return None
+        copy = self.local.copy(query.table, query.partition)
+        if copy is not None and copy.replica == "active":
+            return None
+        owner = self.routing.owner(query.table, query.partition)
+        return None if owner is None or owner == self.routing.own_url else owner
+
+    def read_many_now(
+        self, table: QueryTable, keys: list[str], forwarded_by: str
+    ) -> list[tuple[int, Any]] | None:
+        """Plain reads of ``keys`` in ``table``, each answered as a forwarded read (from this
+        worker's own copy): (status, body) per key, or None when some read must wait
+        (:meth:`read_many` answers them all then)."""
+        found: list[tuple[int, Any]] = []
+        for key in keys:
+            try:
+                query = self.query(table, key, None, None, None)
+                answer = self.read_now(query, forwarded_by)
+            except QueryError as error:
+                found.append((error.status, error.body()))
+                continue
+            if answer is None:
+                return None
+            found.append((answer.status, answer.body))
+        return found
+
+    async def read_many(
+        self, table: QueryTable, keys: list[str], forwarded_by: str
+    ) -> list[tuple[int, Any]]:
+        """:meth:`read_many_now`, waiting for the reads that must."""
+        found: list[tuple[int, Any]] = []
+        for key in keys:
+            try:
+                answer = await self.read(self.query(table, key, None, None, None), forwarded_by)
+            except QueryError as error:
+                found.append((error.status, error.body()))
+                continue
+            found.append((answer.status, answer.body))
+        return found
+
     async def _route(self, query: KeyQuery, copy: LocalCopy | None, deadline: float) -> Answer:
         """A read this worker holds no active copy for: the owner's answer, else the best
         copy's. Raises :class:`OwnerMoved` when the partition changes hands while a local
@@ -408,9 +469,10 @@ class Queries:
             answer = await self._ask(owner, query, deadline, purpose="owner")
             if answer is not None and answer.status == 504 and isinstance(answer.body, dict):
                 return Answer(504, answer.body)  # the owner waited the read's whole timeout
+            relayed = owners_answer(answer)
+            if relayed is not None:
+                return relayed
             if answer is not None and relayable(answer):
-                if answer.status not in (200, 404) or answer.body.get("replica") == "active":
-                    return Answer(answer.status, answer.body)
                 candidates.append(answer)  # the owner is restoring: maybe behind a standby
         if copy is not None:
 
@@ -431,6 +493,8 @@ class Queries:
         self, url: str, query: KeyQuery, deadline: float, *, purpose: str
     ) -> PeerAnswer | None:
         """One peer's answer to ``query``, given what is left of the read's timeout."""
+        if query.plain:  # sent with the other plain reads of the peer in this turn
+            return await self.peers.read_soon(url, query.table.name, query.key, purpose=purpose)
         remaining = max(0.0, deadline - time.monotonic())
         params = query.params_within(remaining)
         return await self.peers.get(url, query.path, params, purpose=purpose, wait=remaining)

@@ -75,6 +75,9 @@ class Routing:
 
     def __init__(self, membership: Membership) -> None:
         self.membership = membership
+        #: the hosts :meth:`owner` last indexed, and the owner of each changelog partition
+        self._owners_of: Any = None
+        self._owners: dict[tuple[str, int], str] = {}
 
     @functools.cached_property
     def own_url(self) -> str:
@@ -98,10 +101,15 @@ class Routing:
 
     def owner(self, table: QueryTable, partition: int) -> str | None:
         """The URL of the active owner of a table partition, or None when unassigned."""
-        for url, topics in self.membership.hosts().items():
-            if partition in topics.get(table.topic, ()):
-                return normalize_url(url)
-        return None
+        hosts = self.membership.hosts()
+        if hosts is not self._owners_of:  # a new assignment (or a membership that copies)
+            owners: dict[tuple[str, int], str] = {}
+            for url, topics in hosts.items():
+                for topic, parts in topics.items():
+                    for p in parts:
+                        owners.setdefault((topic, p), normalize_url(url))
+            self._owners, self._owners_of = owners, hosts
+        return self._owners.get((table.topic, partition))
 
     def own_assignment(self) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
         """This worker's active and standby changelog partitions."""

@@ -342,6 +342,9 @@ class FaustMembership:
         #: a faust sensor the composition root added before the worker started
         self._rebalances = rebalances
         self._assigned: AssignedSets | None = None
+        #: the group's metadata :meth:`hosts` last read, and what it made of it
+        self._hosts_of: Any = None
+        self._hosts: Mapping[str, Mapping[str, Sequence[int]]] = {}
 
     @property
     def app_id(self) -> str:
@@ -374,7 +377,11 @@ class FaustMembership:
             metadata = self.app.router.tables_metadata()
         except Exception:  # before the first assignment
             return {}
-        return {str(url): dict(topics) for url, topics in (metadata or {}).items()}
+        # faust replaces the metadata at each assignment: the same object, the same hosts.
+        if metadata is not self._hosts_of or metadata is None:
+            self._hosts = {str(url): dict(topics) for url, topics in (metadata or {}).items()}
+            self._hosts_of = metadata
+        return self._hosts
 
     def highwater(self, tp: TP) -> int | None:
         try:

@@ -1,16 +1,19 @@
 """/internal: what workers ask each other (not part of the public contract).
 
-Both routes answer from this worker's own state only and never call a peer.
+Every route answers from this worker's own state only and never calls a peer.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
 
-from api.deps import QueriesDep, ScansDep, Table, require_token
+from api.deps import ForwardedBy, QueriesDep, ScansDep, Table, require_token
 from api.errors import BadRequest
+from api.peers import BATCH_KEYS
 from api.queries import MAX_KEY_BYTES
 from api.schemas import HostAssignment, LocalScan
 
@@ -52,3 +55,18 @@ async def scan_own_partitions(
     wanted = parse_partitions(partitions, table.partitions)
     pages = scans.local_pages(table, wanted, prefix, after, limit)
     return {"partitions": [page.as_dict() for page in pages]}
+
+
+@router.get("/reads/{table}")
+async def read_many(
+    table: Table,
+    queries: QueriesDep,
+    forwarded: ForwardedBy,
+    key: Annotated[list[str], Query(min_length=1, max_length=BATCH_KEYS)],
+) -> Response:
+    """Plain reads of several keys, each answered as a forwarded key read (from this
+    worker's own copy): ``{"answers": [[status, body], ...]}`` in the keys' order."""
+    if table.kind != "table":
+        raise BadRequest(f"{table.name} is a {table.kind} table: batches read plain tables")
+    found = await queries.read_many(table, key, forwarded or "peer")
+    return Response(orjson.dumps({"answers": found}), media_type="application/json")

@@ -72,6 +72,11 @@ class Peers:
     async def get(self, base: str, path: str, params: dict[str, Any], **kw: Any) -> Any:
         return self.answers.get(base)
 
+    def read_soon(self, base: str, table: str, key: str, **kw: Any) -> Any:
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        answer.set_result(self.answers.get(base))
+        return answer
+
 
 def queries(copy: Copy | None, owner: str | None, answers: dict[str, Any]) -> Queries:
     found = Queries.__new__(Queries)

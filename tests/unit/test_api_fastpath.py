@@ -68,6 +68,16 @@ def scope(path: str, method: str = "GET", query: bytes = b"", token: bytes | Non
         scope("/tables/word_counts/keys/x"),  # no token: FastAPI answers 401
         scope("/tables/word_counts/keys/x", token=b"wrong"),
         scope("/tables/word_counts/keys/" + "k" * 1025, token=b"t"),
+        # a peer's batch of reads, when the lean path cannot answer it
+        scope("/internal/reads/word_counts", query=b"key=a&key=b"),  # no token
+        scope("/internal/reads/word_counts", query=b"key=a", token=b"wrong"),
+        scope("/internal/reads/word_counts", token=b"t"),  # no key
+        scope("/internal/reads/word_counts", query=b"key=a&at=1", token=b"t"),
+        scope("/internal/reads/word_counts", query=b"key=a&&", token=b"t"),
+        scope("/internal/reads/word_counts", query=b"&".join([b"key=k"] * 65), token=b"t"),
+        scope("/internal/reads/sales_by_category", query=b"key=books", token=b"t"),
+        scope("/internal/reads/nope", query=b"key=a", token=b"t"),
+        scope("/internal/reads/word_counts/x", query=b"key=a", token=b"t"),
     ],
 )
 def test_everything_but_a_plain_key_read_reaches_the_fastapi_app(request_scope: Any) -> None:

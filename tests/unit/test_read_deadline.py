@@ -81,6 +81,9 @@ class Peers:
             return PeerAnswer(base, 200, body)
         return None
 
+    def read_soon(self, base: str, table: str, key: str, *, purpose: str) -> Any:
+        return asyncio.ensure_future(self.get(base, "", {}, purpose=purpose))
+
 
 def queries(routing: Routing, local: Local, peers: Peers) -> Queries:
     found = Queries.__new__(Queries)
