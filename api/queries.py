@@ -366,17 +366,22 @@ class Queries:
     def read_now(self, query: KeyQuery, forwarded_by: str | None) -> Answer | None:
         """The answer to a read that needs neither a wait nor another worker (a global
         table; this worker's active copy, or any copy of its own for a forwarded read,
-        when the read names no token), or None when :meth:`read` must answer it. Raises
-        what :meth:`read` would raise for such a read."""
+        when the read names no token or the copy holds the token's position already), or
+        None when :meth:`read` must answer it. Raises what :meth:`read` would raise for
+        such a read."""
         if query.table.kind == "global":
             return self._read_global(query)
-        if query.consistency.wanted:
-            return None
         copy = self.local.copy(query.table, query.partition)
         if copy is None or (copy.replica != "active" and forwarded_by is None):
             return None
         # Nothing awaits between the copy's lookup and its read: no rebalance closes it.
-        position = self.position(copy, held=not query.consistency.bounded)
+        consistency = query.consistency
+        if consistency.wanted:
+            position = self.position(copy)
+            if consistency.missing(position):
+                return None  # the read waits for the token's position
+        else:
+            position = self.position(copy, held=not consistency.bounded)
         return self._serve_held(query, copy, position)
 
     async def read(self, query: KeyQuery, forwarded_by: str | None) -> Answer:

@@ -180,3 +180,32 @@ def no_answer_until_moved(peers: Peers, routing: Routing) -> Any:
         return await answer(base, path, params, **kw)
 
     return get
+
+
+class Active:
+    """This worker's active copy of the partition."""
+
+    replica = "active"
+    offset_lag = 0
+
+    def stored_position(self) -> None:
+        return None
+
+    def get(self, raw: bytes) -> Any:
+        return {"stock": 3}
+
+
+def test_a_token_read_is_answered_at_once_when_the_copy_holds_its_position() -> None:
+    reads = queries(Routing("http://me"), Local(Active()), Peers())
+    reads.position = lambda copy: ReadPosition(2, {"item-events": {2: 10}}, 0, None)  # type: ignore[method-assign]
+    answer = reads.read_now(QUERY, forwarded_by=None)
+    assert answer is not None
+    assert (answer.status, answer.body["value"]) == (200, {"stock": 3})
+    # a copy short of the token's position: the read waits (read_now leaves it to read)
+    reads.position = lambda copy: ReadPosition(2, {"item-events": {2: 9}}, 0, None)  # type: ignore[method-assign]
+    assert reads.read_now(QUERY, forwarded_by=None) is None
+    # and a standby answers a token read at once only when it was forwarded to it
+    reads = queries(Routing("http://me"), Local(Standby()), Peers())
+    reads.position = lambda copy: ReadPosition(2, {"item-events": {2: 10}}, 0, None)  # type: ignore[method-assign]
+    assert reads.read_now(QUERY, forwarded_by=None) is None
+    assert reads.read_now(QUERY, forwarded_by="http://peer") is not None
