@@ -30,11 +30,7 @@ MISSING_IN_BATCH = "missing_in_batch"
 DIFFERENCES = (MISMATCHED, MISSING_IN_STREAM, MISSING_IN_BATCH)
 _UNSURE = "unsure"
 
-#: The rows of a table, batch or live.
-ROW_DDL = (
-    "table string, partition int, raw_key binary, key string, window_start bigint, "
-    "window_end bigint, value binary"
-)
+#: The rows of a table, batch or live: as Arrow, and as Spark's DDL (the same columns).
 ROW_SCHEMA = pa.schema(
     [
         ("table", pa.string()),
@@ -46,6 +42,13 @@ ROW_SCHEMA = pa.schema(
         ("value", pa.binary()),
     ]
 )
+_SPARK_TYPES = {
+    pa.string(): "string",
+    pa.int32(): "int",
+    pa.int64(): "bigint",
+    pa.binary(): "binary",
+}
+ROW_DDL = ", ".join(f"{field.name} {_SPARK_TYPES[field.type]}" for field in ROW_SCHEMA)
 DIFF_DDL = (
     "table string, key string, window_start bigint, batch_end bigint, stream_end bigint, "
     "batch binary, stream binary, status string"

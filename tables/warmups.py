@@ -412,7 +412,8 @@ class WarmupWatch(Service):
 
     #: Seconds after an assignment before the follow-up rebalance may be asked for.
     settle_s = 3.0
-    #: The copies' offsets go to disk every this many checks.
+    #: The copies' offsets go to disk every this many checks; with no warm-up to watch,
+    #: they are measured only that often too.
     write_every = 4
 
     def __init__(
@@ -447,15 +448,18 @@ class WarmupWatch(Service):
         assignor = self.app.assignor
         if not isinstance(assignor, WarmupAssignor):
             return False
+        self._ticks += 1
+        due = self._ticks % self.write_every == 0
+        if not assignor.warmups and not due:
+            return False
         lags = standby_lags(self.app)
         assignor.lags = lags
         if not self.app.rebalancing:
             # What the copies held open say, over what the disk said of the others (a
             # copy this process no longer holds keeps the offset it was left at).
             assignor.offsets = {**assignor.offsets, **copy_offsets(self.app)}
-            self._ticks += 1
             path = _copies_path(self.app)
-            if path is not None and self._ticks % self.write_every == 0:
+            if path is not None and due:
                 await asyncio.to_thread(write_copies, path, assignor.offsets)
         if not assignor.warmups or assignor.assignments == self._asked_for:
             return False

@@ -268,6 +268,22 @@ def test_the_watch_asks_once_its_warmups_are_within_the_lag() -> None:
     assert rejoins.asked == 1
 
 
+def test_with_no_warmup_the_watch_measures_only_when_it_writes_the_copies() -> None:
+    watch, rejoins = watched(lag=5, assigned_ago=WarmupWatch.settle_s + 1)
+    watch.app.assignor.warmups = {}
+    measured = []
+    for _ in range(2 * WarmupWatch.write_every):
+        watch.app.assignor.lags = {}
+        assert not asyncio.run(watch.check())
+        measured.append(watch.app.assignor.lags != {})
+    assert measured == ([False] * (WarmupWatch.write_every - 1) + [True]) * 2
+    assert rejoins.asked == 0
+    watch.app.assignor.warmups = {CHANGELOG: [1, 2]}  # warm-ups: measured at every check
+    watch.app.assignor.lags = {}
+    asyncio.run(watch.check())
+    assert watch.app.assignor.lags == {CHANGELOG: {1: 5, 2: 5}}
+
+
 def test_the_watch_waits_while_warmups_are_behind_or_the_assignment_is_new() -> None:
     behind, asked_behind = watched(lag=ACCEPTABLE + 1, assigned_ago=WarmupWatch.settle_s + 1)
     assert not asyncio.run(behind.check())
