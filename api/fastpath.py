@@ -331,6 +331,13 @@ def read_options(query_string: bytes) -> ReadOptions | None:
     (or a value the FastAPI route would refuse: FastAPI answers those)."""
     if not query_string:
         return _NO_OPTIONS
+    return _parsed_options(query_string)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_options(query_string: bytes) -> ReadOptions | None:
+    """:func:`read_options` of a query string, parsed once: a client that wrote reads
+    several keys with the same token (the options are never changed once made)."""
     try:
         pairs = parse_qsl(query_string.decode("latin-1"), strict_parsing=True)
     except ValueError:

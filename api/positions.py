@@ -155,10 +155,16 @@ class Positions:
         self.ends = ends
         #: per copy, what its last stored position gave
         self._seen: dict[tuple[str, int], _Stored] = {}
+        #: per table, its source topics (the pipelines do not change while they run)
+        self._sources_of: dict[str, dict[str, str]] = {}
 
     def sources_of(self, table: str) -> dict[str, str]:
         """The source topics of ``table`` and how they reach it (direct or upstream)."""
-        return {t: r for t, r in self.lineage.sources(table).items() if t in self.sources}
+        found = self._sources_of.get(table)
+        if found is None:
+            found = {t: r for t, r in self.lineage.sources(table).items() if t in self.sources}
+            self._sources_of[table] = found
+        return found
 
     def feeding(self, table: str, topic: str, partition: int) -> list[int]:
         """The partitions of source ``topic`` that feed ``partition`` of ``table``."""

@@ -48,6 +48,10 @@ READ_PATIENCE_S = 3.0
 BOUNDED_PATIENCE_S = 2 * PEER_RETRY_SECONDS
 
 
+#: How many (token, table partition) consistencies are kept, at most.
+TOKENS_KEPT = 4096
+
+
 @functools.lru_cache(maxsize=4096)
 def _decoded_token(text: str, app_id: str, topics: frozenset[str]) -> Token:
     """A token read once: a client that wrote reads several keys with its token."""
@@ -288,6 +292,8 @@ class Queries:
         self.held = held if held is not None else HeldPositions()
         self.app_id = worker.membership.app_id
         self._tables: dict[str, QueryTable] | None = None
+        #: what recent tokens ask of the table partitions read with them
+        self._consistencies: dict[tuple[Any, ...], Consistency] = {}
 
     @property
     def tables(self) -> dict[str, QueryTable]:
@@ -311,6 +317,23 @@ class Queries:
             if max_lag_records is None and max_lag_ms is None:
                 return NO_CONSISTENCY
             return Consistency(max_lag_records=max_lag_records, max_lag_ms=max_lag_ms)
+        # A client that wrote reads several keys with its token: what a token asks of a
+        # table partition is worked out once (the pipelines do not change while they run).
+        key = (table.name, partition, token, timeout_ms, max_lag_records, max_lag_ms)
+        found = self._consistencies.get(key)
+        if found is None:
+            found = self._token_consistency(table, partition, options)
+            if len(self._consistencies) >= TOKENS_KEPT:
+                self._consistencies.clear()
+            self._consistencies[key] = found
+        return found
+
+    def _token_consistency(
+        self, table: QueryTable, partition: int, options: ReadOptions
+    ) -> Consistency:
+        token, timeout_ms = options.consistent_with, options.timeout_ms
+        max_lag_records, max_lag_ms = options.max_lag_records, options.max_lag_ms
+        assert token is not None
         if table.kind == "global":
             raise BadRequest(f"consistent_with does not apply to the global table {table.name}")
         try:
@@ -375,13 +398,13 @@ class Queries:
         if copy is None or (copy.replica != "active" and forwarded_by is None):
             return None
         # Nothing awaits between the copy's lookup and its read: no rebalance closes it.
+        # An active copy's held position may understate its database's (never overstate
+        # it): a token it holds is held by the database, and one it misses is waited for
+        # by read(), on the database's position.
         consistency = query.consistency
-        if consistency.wanted:
-            position = self.position(copy)
-            if consistency.missing(position):
-                return None  # the read waits for the token's position
-        else:
-            position = self.position(copy, held=not consistency.bounded)
+        position = self.position(copy, held=not consistency.bounded)
+        if consistency.wanted and consistency.missing(position):
+            return None
         return self._serve_held(query, copy, position)
 
     async def read(self, query: KeyQuery, forwarded_by: str | None) -> Answer:

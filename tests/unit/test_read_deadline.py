@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from api.errors import NoReplica
+from api.errors import BadRequest, NoReplica
 from api.peers import PeerAnswer
 from api.positions import PositionWaits, ReadPosition
-from api.queries import Consistency, KeyQuery, Queries
+from api.queries import DEFAULT_WAIT_MS, Consistency, KeyQuery, Queries, ReadOptions
 from api.routing import QueryTable
+from api.tokens import Token, encode_token
 
 TABLE = QueryTable(
     name="inventory",
@@ -197,15 +198,50 @@ class Active:
 
 def test_a_token_read_is_answered_at_once_when_the_copy_holds_its_position() -> None:
     reads = queries(Routing("http://me"), Local(Active()), Peers())
-    reads.position = lambda copy: ReadPosition(2, {"item-events": {2: 10}}, 0, None)  # type: ignore[method-assign]
+    reads.position = lambda copy, **kw: ReadPosition(2, {"item-events": {2: 10}}, 0, None)  # type: ignore[method-assign]
     answer = reads.read_now(QUERY, forwarded_by=None)
     assert answer is not None
     assert (answer.status, answer.body["value"]) == (200, {"stock": 3})
     # a copy short of the token's position: the read waits (read_now leaves it to read)
-    reads.position = lambda copy: ReadPosition(2, {"item-events": {2: 9}}, 0, None)  # type: ignore[method-assign]
+    reads.position = lambda copy, **kw: ReadPosition(2, {"item-events": {2: 9}}, 0, None)  # type: ignore[method-assign]
     assert reads.read_now(QUERY, forwarded_by=None) is None
     # and a standby answers a token read at once only when it was forwarded to it
     reads = queries(Routing("http://me"), Local(Standby()), Peers())
-    reads.position = lambda copy: ReadPosition(2, {"item-events": {2: 10}}, 0, None)  # type: ignore[method-assign]
+    reads.position = lambda copy, **kw: ReadPosition(2, {"item-events": {2: 10}}, 0, None)  # type: ignore[method-assign]
     assert reads.read_now(QUERY, forwarded_by=None) is None
     assert reads.read_now(QUERY, forwarded_by="http://peer") is not None
+
+
+class Sources:
+    """The positions' lineage: item-events feeds inventory directly."""
+
+    sources = frozenset({"item-events", "text-lines"})
+
+    def sources_of(self, table: str) -> dict[str, str]:
+        return {"item-events": "direct"}
+
+    def feeding(self, table: str, topic: str, partition: int) -> list[int]:
+        return [partition]
+
+
+def test_what_a_token_asks_of_a_partition_is_worked_out_once() -> None:
+    reads = queries(Routing("http://me"), Local(None), Peers())
+    reads.app_id, reads.positions, reads._consistencies = "app", Sources(), {}  # type: ignore[assignment]
+    token = encode_token(Token("item-events", {2: 10, 3: 4}), "app")
+    options = ReadOptions(consistent_with=token)
+    first = reads.consistency(TABLE, 2, options)
+    assert (first.topic, first.wanted, first.timeout_ms) == (
+        "item-events",
+        {2: 10},
+        DEFAULT_WAIT_MS,
+    )
+    assert reads.consistency(TABLE, 2, ReadOptions(consistent_with=token)) is first
+    assert reads.consistency(TABLE, 3, options).wanted == {3: 4}
+    assert reads.consistency(TABLE, 2, ReadOptions(token, timeout_ms=5)).timeout_ms == 5
+    # a token that does not feed the table, or is no token, is refused every time
+    other = encode_token(Token("text-lines", {2: 1}), "app")
+    for _ in range(2):
+        with pytest.raises(BadRequest, match="does not feed"):
+            reads.consistency(TABLE, 2, ReadOptions(consistent_with=other))
+        with pytest.raises(BadRequest, match="consistent_with"):
+            reads.consistency(TABLE, 2, ReadOptions(consistent_with="garbage"))
