@@ -30,25 +30,6 @@ MISSING_IN_BATCH = "missing_in_batch"
 DIFFERENCES = (MISMATCHED, MISSING_IN_STREAM, MISSING_IN_BATCH)
 _UNSURE = "unsure"
 
-#: The rows of a table, batch or live: as Arrow, and as Spark's DDL (the same columns).
-ROW_SCHEMA = pa.schema(
-    [
-        ("table", pa.string()),
-        ("partition", pa.int32()),
-        ("raw_key", pa.binary()),
-        ("key", pa.string()),
-        ("window_start", pa.int64()),
-        ("window_end", pa.int64()),
-        ("value", pa.binary()),
-    ]
-)
-_SPARK_TYPES = {
-    pa.string(): "string",
-    pa.int32(): "int",
-    pa.int64(): "bigint",
-    pa.binary(): "binary",
-}
-ROW_DDL = ", ".join(f"{field.name} {_SPARK_TYPES[field.type]}" for field in ROW_SCHEMA)
 DIFF_DDL = (
     "table string, key string, window_start bigint, batch_end bigint, stream_end bigint, "
     "batch binary, stream binary, status string"
@@ -249,7 +230,7 @@ def _match_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def diff_rows(batch: pa.Table, live: pa.Table, horizons: Mapping[str, int]) -> list[dict[str, Any]]:
-    """:func:`diff` on rows held by the driver (:data:`ROW_DDL` as Arrow): the same rows,
+    """:func:`diff` on rows held by the driver (:data:`jobs.rows.ROW_SCHEMA`): the same rows,
     as dicts, with the same statuses."""
     sides: dict[tuple[Any, ...], tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
     for n, rows in enumerate((batch, live)):

@@ -18,9 +18,9 @@ from pyspark.sql import functions as sf
 
 from core.topics import POSITION_KEY
 from jobs import io as kio
-from jobs.compare import ROW_DDL, ROW_SCHEMA
 from jobs.cut import Cut
 from jobs.replay import table_row
+from jobs.rows import ROW_DDL, ROW_SCHEMA
 from tables.pipeline import TableSpec
 from tables.windows import AnyWindow
 
@@ -72,7 +72,7 @@ def live_tables(
     app_id: str,
     specs: Mapping[str, TableSpec],
 ) -> DataFrame | None:
-    """The rows (:data:`jobs.compare.ROW_DDL`) of every table in ``specs`` at the cut;
+    """The rows (:data:`jobs.rows.ROW_SCHEMA`) of every table in ``specs`` at the cut;
     None when no changelog holds a record (no table has been written yet)."""
     topics = {changelog_topic(app_id, name): (name, spec.window) for name, spec in specs.items()}
     ends = {topic: cut.changelogs.get(topic, {}) for topic in topics}

@@ -40,6 +40,7 @@ from jobs.cut import Cut, take_cut
 from jobs.declared import Declared, GlobalData, JobSpec, declare
 from jobs.globals import read_global_tables
 from jobs.live import changelog_topic, live_tables
+from jobs.rows import ROW_DDL, ROW_SCHEMA
 from jobs.session import build_session, ship_modules
 from jobs.stages import LOCAL_ROWS, Recomputation, recompute, write_views
 
@@ -241,7 +242,7 @@ class Live:
 
     def rows(self, spark: Any) -> DataFrame:
         if self.frame is None:
-            empty: DataFrame = spark.createDataFrame([], compare.ROW_DDL)
+            empty: DataFrame = spark.createDataFrame([], ROW_DDL)
             return empty
         return self.frame
 
@@ -254,11 +255,11 @@ def _live(spark: Any, options: Options, cut: Cut, declared: Declared, say: Progr
     frame = live_tables(spark, options.bootstrap, cut, options.app_id, declared.plan.specs)
     if frame is None:
         say("live tables: no changelog holds a record")
-        return Live(None, compare.ROW_SCHEMA.empty_table())
+        return Live(None, ROW_SCHEMA.empty_table())
     frame = frame.persist()
     count = frame.count()
     say(f"live tables: {count} keys read from their changelogs")
-    local = frame.toArrow().cast(compare.ROW_SCHEMA) if count <= options.local_rows else None
+    local = frame.toArrow().cast(ROW_SCHEMA) if count <= options.local_rows else None
     return Live(frame, local)
 
 

@@ -28,12 +28,13 @@ from pyspark.sql import functions as sf
 from jobs import io as kio
 from jobs.cut import Cut
 from jobs.declared import Declared, GlobalData, on_executor
-from jobs.tasks import OUTPUT_DDL, OUTPUT_SCHEMA, replay_stage, source_task, stage_task
+from jobs.rows import OUTPUT_DDL, OUTPUT_SCHEMA
+from jobs.tasks import replay_stage, source_task, stage_task
 
 
 @dataclass
 class Recomputation:
-    """The stages' rows: the recomputed tables' rows (:data:`jobs.compare.ROW_DDL`, cached
+    """The stages' rows: the recomputed tables' rows (:data:`jobs.rows.ROW_SCHEMA`, cached
     in as many partitions as the executors have cores: the stages' outputs are mostly
     repartition records, the tables a fraction of them) and what the replays counted.
 
@@ -145,7 +146,7 @@ def source_frame(
 #: compare and the views itself (``--local-rows``): each later Spark job costs a second or
 #: more of scheduling and cold code paths, whatever its size.
 LOCAL_ROWS = 200_000
-#: The columns of a table row (:data:`jobs.compare.ROW_DDL`).
+#: The columns of a table row (:data:`jobs.rows.ROW_SCHEMA`).
 ROW_COLUMNS = ("table", "partition", "raw_key", "key", "window_start", "window_end", "value")
 
 
@@ -213,7 +214,7 @@ def recompute(
 
 def later_stages(declared: Declared, rows: pa.Table, say: Callable[[str], None]) -> pa.Table:
     """The stages after stage 0 run by the driver on stage 0's rows (``rows``, as
-    :data:`jobs.tasks.OUTPUT_SCHEMA`), as their Spark tasks run them: each stage on what
+    :data:`jobs.rows.OUTPUT_SCHEMA`), as their Spark tasks run them: each stage on what
     the earlier ones sent to its topics, one partition at a time. Returns every stage's
     rows."""
     found = [rows]
@@ -248,7 +249,7 @@ def figures_of(rows: pa.Table) -> dict[str, int]:
 
 
 def tables_of(rows: pa.Table) -> pa.Table:
-    """The tables' rows (:data:`jobs.compare.ROW_DDL`) among a stage's rows."""
+    """The tables' rows (:data:`jobs.rows.ROW_SCHEMA`) among a stage's rows."""
     tables = rows.filter(pc.equal(rows.column("kind"), "table"))
     columns = ["name", *ROW_COLUMNS[1:]]
     return tables.select(columns).rename_columns(list(ROW_COLUMNS))

@@ -30,6 +30,7 @@ from core.topics import partition_for
 from jobs.declared import Declared, JobSpec, on_executor
 from jobs.plans import plan_of, silent_with
 from jobs.replay import DeferredJoinRunner, PartitionReplay, Process, Rec, TableRow
+from jobs.rows import OUTPUT_SCHEMA
 from tables.pipeline import RecordColumns
 
 #: Records per cycle of a stage task (a source task's cycle is one Arrow batch).
@@ -37,28 +38,6 @@ CYCLE_RECORDS = 10_000
 #: Rows per output batch.
 OUTPUT_ROWS = 50_000
 
-OUTPUT_SCHEMA = pa.schema(
-    [
-        ("kind", pa.string()),
-        ("name", pa.string()),
-        ("partition", pa.int32()),
-        ("raw_key", pa.binary()),
-        ("key", pa.string()),
-        ("window_start", pa.int64()),
-        ("window_end", pa.int64()),
-        ("value", pa.binary()),
-        ("timestamp", pa.int64()),
-        ("source", pa.int32()),
-        ("source_offset", pa.int64()),
-        ("seq", pa.int64()),
-    ]
-)
-#: The same, as Spark's DDL.
-OUTPUT_DDL = (
-    "kind string, name string, partition int, raw_key binary, key string, "
-    "window_start bigint, window_end bigint, value binary, timestamp bigint, "
-    "source int, source_offset bigint, seq bigint"
-)
 #: The columns a source task reads (``timestamp`` in ms).
 SOURCE_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 

@@ -18,7 +18,8 @@ import pyarrow as pa
 from jobs.compare import same_value
 from jobs.declared import Declared, JobSpec, declare
 from jobs.replay import build_global
-from jobs.tasks import OUTPUT_SCHEMA, SourceTask, replay_stage
+from jobs.rows import OUTPUT_SCHEMA
+from jobs.tasks import SourceTask, replay_stage
 from streams.testing import TestDriver
 from tables.engine import TP
 from tables.pipeline import Record

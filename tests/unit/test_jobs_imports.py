@@ -17,6 +17,7 @@ JOB_MODULES = (
     "jobs.stages",
     "jobs.live",
     "jobs.compare",
+    "jobs.rows",
     "jobs.globals",
     "jobs.corrections",
     "jobs.session",
