@@ -40,8 +40,10 @@ BATCH_ROUTE = "/internal/reads/"
 #: The most keys in one batch, and the longest query string of one (percent-encoded).
 BATCH_KEYS = 64
 BATCH_QUERY_CHARS = 8000
-#: How long a peer that refused a batch is sent single reads before it is tried again.
+#: How long a peer that does not know the batch route is sent single reads before it is
+#: tried again, and the statuses that say it does not know it.
 UNBATCHED_S = 60.0
+UNKNOWN_ROUTE = frozenset({404, 405})
 
 
 def quote_segment(segment: str) -> str:
@@ -94,7 +96,7 @@ class Peers:
         self._forwards: dict[tuple[str, str], Any] = {}
         #: plain reads asked for in this turn of the event loop, by peer and table
         self._waiting: dict[tuple[str, str], list[_Read]] = {}
-        #: peers that refused a batch, and until when they are sent single reads
+        #: peers that do not know the batch route, and until when they get single reads
         self._unbatched: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -192,9 +194,12 @@ class Peers:
             return
         answers = _batch_answers(raw, len(reads)) if status == 200 else None
         if answers is None:
-            # Not a batch's answer (a peer that does not know the route): single reads.
-            logger.info("peer %s answered %d to a batch of reads: single reads now", base, status)
-            self._unbatched[base] = time.monotonic() + UNBATCHED_S
+            # Not a batch's answer: each read on its own, which gets its own answer (a
+            # starting peer's 503, say). A peer that does not know the route (an older
+            # version) gets single reads for a while.
+            if status in UNKNOWN_ROUTE:
+                logger.info("peer %s answered %d to a batch of reads: single reads", base, status)
+                self._unbatched[base] = time.monotonic() + UNBATCHED_S
             await asyncio.gather(*(self._send_one(base, table, read) for read in reads))
             return
         for (_, future, purpose), (code, body) in zip(reads, answers, strict=True):

@@ -112,6 +112,30 @@ async def test_a_peer_that_refuses_batches_gets_single_reads(start: Start) -> No
     await peers.close()
 
 
+async def test_a_batch_refused_for_a_moment_is_sent_as_single_reads_that_once(
+    start: Start,
+) -> None:
+    refused = [True]
+
+    def starting(head: bytes) -> bytes:  # a peer still starting: 503 to the first batch
+        if target_of(head).startswith(BATCH_ROUTE) and refused:
+            refused.pop()
+            return plain(503, b'{"detail":"starting"}')
+        return owner()(head)
+
+    server = await start(starting)
+    peers = Peers("http://me:1", None, 2.0)
+    for _ in range(2):
+        answers = await asyncio.gather(
+            *(peers.read_soon(server.base, "t", k, purpose="owner") for k in "ab")
+        )
+        assert [a.body["key"] for a in answers if a is not None] == ["a", "b"]
+    targets = [target_of(h) for h in server.heads]
+    # the refused batch, its two single reads, then a batch again
+    assert [t.startswith(BATCH_ROUTE) for t in targets] == [True, False, False, True]
+    await peers.close()
+
+
 async def test_a_peer_that_cannot_be_reached_gives_no_answer_to_any_read() -> None:
     peers = Peers("http://me:1", None, 0.5)
     answers = await asyncio.gather(
