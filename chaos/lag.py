@@ -65,6 +65,15 @@ def sample_of(
     return Sample(at, end_sums, committed_sums, lags)
 
 
+def watch_only(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
+    """Assign ``tps`` to a consumer that only reads their end offsets, paused: its fetcher
+    would otherwise keep a fetch in flight, which the broker holds up to
+    ``fetch_max_wait_ms`` when nothing is new, and the connection's next request (the
+    sample's end offsets) would wait behind it."""
+    consumer.assign(tps)
+    consumer.pause(*tps)
+
+
 class LagMonitor:
     """Samples the group once every ``interval`` seconds until stopped."""
 
@@ -121,7 +130,7 @@ class LagMonitor:
         try:
             await consumer.start()
             await admin.start()
-            consumer.assign(await self._partitions())
+            watch_only(consumer, await self._partitions())
         except BaseException:  # cancelled by the timeout too: leave no client behind
             await _close(consumer, admin)
             raise
@@ -139,7 +148,7 @@ class LagMonitor:
         # counts in its end offsets.
         at = time.monotonic()
         if {tp.topic for tp in consumer.assignment()} != set(INPUTS):
-            consumer.assign(await self._partitions())  # the workers create some later
+            watch_only(consumer, await self._partitions())  # the workers create some later
         # The committed offsets first, then the ends: a partition counts as caught up
         # only if what it had committed reached an end read after it. Read the other way
         # round, a source partition could commit (with the records its cycle sent to a

@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     max_event_bytes: int = Field(64 * 1024, gt=0)
     #: A batch cycle takes at most this many records per fetch.
     source_fetch_max_records: int = Field(20_000, gt=0)
+    #: The longest the broker holds a fetch of the group's consumer that finds nothing
+    #: new, in ms (faust's is 1,500). The consumer has one fetch in flight per broker, and
+    #: it leaves out the partitions whose last records the engine has not taken yet: one
+    #: sent while a cycle runs waits this long before the partitions it left out, whose
+    #: records keep arriving, are fetched again.
+    source_fetch_max_wait_ms: int = Field(100, ge=0, le=10_000)
     #: The pipeline modules to run, comma-separated: importable modules, each with a
     #: ``pipelines(context)`` function (the worker and the nightly job load the same).
     pipelines: str = "agents.words,agents.inventory,agents.sales,agents.settling"

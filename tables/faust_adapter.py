@@ -189,6 +189,10 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
+        settings = getattr(self.consumer.app, "settings", None)
+        wait_ms = getattr(settings, "source_fetch_max_wait_ms", None)
+        if wait_ms is not None:
+            fetch_max_wait(consumer, int(wait_ms))
         if self.read_committed:
             # faust reads committed records only when it runs transactions itself; here
             # the engine runs them, so faust runs at least once.
@@ -214,6 +218,12 @@ async def seek_all_to_committed(consumer: AIOKafkaConsumer) -> dict[Any, int | N
         if offset and offset > 0 and tp in still:
             consumer._fetcher.seek_to(tp, offset)
     return committed
+
+
+def fetch_max_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
+    """Set how long the broker may hold a fetch of an aiokafka consumer that is not
+    started yet (faust sets 1,500 ms and offers no setting)."""
+    consumer._fetch_max_wait_ms = wait_ms
 
 
 def read_committed(consumer: AIOKafkaConsumer) -> None:
@@ -1075,6 +1085,10 @@ class TrackedRecovery(Recovery):
 
     #: Records per fetch of the bulk consumer.
     bulk_max_records = 20_000
+    #: Records per fetch of the bulk consumer once the worker is ready (its standby
+    #: copies): the event loop, which serves the active tasks and the reads meanwhile,
+    #: gets a turn after each fetch's writes.
+    bulk_standby_max_records = 4_000
     #: Share of ``broker_request_timeout`` (faust's limit on this step) the bulk read may use.
     bulk_budget_share = 0.6
     #: How long one fetch of the bulk consumer waits for records, in ms. A partition whose
@@ -1372,6 +1386,7 @@ class TrackedRecovery(Recovery):
             max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024
         )
         read = 0
+        most = self.bulk_max_records if active else self.bulk_standby_max_records
         try:
             await consumer.start()
             remaining = {
@@ -1387,9 +1402,7 @@ class TrackedRecovery(Recovery):
                 if time.monotonic() - started > budget:
                     logger.info("%s stopped at its %.0f s budget", what, budget)
                     return
-                fetched = await consumer.getmany(
-                    timeout_ms=self.bulk_poll_ms, max_records=self.bulk_max_records
-                )
+                fetched = await consumer.getmany(timeout_ms=self.bulk_poll_ms, max_records=most)
                 for ktp, records in fetched.items():
                     entry = remaining.get(ktp)
                     if entry is None:
@@ -1406,6 +1419,9 @@ class TrackedRecovery(Recovery):
                             self.stats.records_by_table[table.name] += n
                         else:
                             self.stats.standby_records += n
+                # Records the consumer holds already come back without a wait: without
+                # this, the loop would run the whole read with no other task's turn.
+                await asyncio.sleep(0)
                 for ktp, (tp, end) in list(remaining.items()):
                     position = await consumer.position(ktp)
                     if position >= end:

@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from chaos.env import Group, crashes, group, reset, wait_ready, workdir
-from chaos.lag import GROUP, INPUTS, LagMonitor, sample_of
+from chaos.lag import GROUP, INPUTS, LagMonitor, sample_of, watch_only
 from chaos.load import LoadLevel
 from chaos.probe import ReadProbe, keys_to_read
 from chaos.reader import committed_offsets
@@ -70,7 +70,7 @@ class PartitionWatch(LagMonitor):
     async def _sample(self, consumer: AIOKafkaConsumer, admin: AIOKafkaAdminClient) -> Any:
         at = time.monotonic()
         if {tp.topic for tp in consumer.assignment()} != set(INPUTS):
-            consumer.assign(await self._partitions())
+            watch_only(consumer, await self._partitions())
         # committed first, then the ends: see LagMonitor._sample
         committed = await committed_offsets(admin, GROUP)
         found = await consumer.end_offsets(list(consumer.assignment()))

@@ -172,6 +172,31 @@ def test_faust_runs_at_least_once_when_the_environment_asks_for_exactly_once(
     assert app.read_committed  # the engine's consumer still reads committed records only
 
 
+def test_the_group_consumer_asks_the_broker_to_hold_an_empty_fetch_as_long_as_the_setting_says(
+    kafka: LocalKafka,
+) -> None:
+    # faust builds the worker's consumer with fetch_max_wait_ms=1500 and no setting; the
+    # adapter sets it before the start, and aiokafka's fetcher sends it in every request.
+    from app.main import create_app
+    from core.settings import Settings
+
+    async def check() -> tuple[int, int, int]:
+        settings = Settings(broker_url=f"kafka://{kafka.bootstrap}", source_fetch_max_wait_ms=70)
+        app = create_app(settings)
+        consumer = app.consumer._thread._create_worker_consumer(app.transport)
+        before = consumer._fetch_max_wait_ms
+        await consumer.start()
+        try:
+            # what aiokafka's fetcher puts in each FetchRequest it builds
+            return before, consumer._fetcher._fetch_max_wait_ms, Settings().source_fetch_max_wait_ms
+        finally:
+            await consumer.stop()
+
+    before, sent, default = asyncio.run(check())
+    assert before == sent == 70
+    assert default < 1500  # faust's value, which held records back up to 1.5 s a cycle
+
+
 # -- aiokafka against the broker ---------------------------------------------------------
 
 
