@@ -319,6 +319,14 @@ class EngineApp(faust.App):
     def _fetcher(self) -> Any:
         return EngineFetcher(self, loop=self.loop, beacon=self.consumer.beacon)
 
+    async def _stop_fetcher(self) -> None:
+        """faust stops the fetch loop first when the worker stops (and only then): the
+        engine's last cycle is committed by then, and the worker leaves its group at
+        once, before its tables, its HTTP API and the rest of the app stop (about a
+        second in which its partitions would wait for it)."""
+        await super()._stop_fetcher()
+        await leave_group_now(self)
+
 
 class AssignedSets:
     """This worker's active and standby topic partitions, worked out once per assignment.
@@ -510,6 +518,30 @@ def leave_at_close(consumer: AIOKafkaConsumer) -> None:
     if coordinator is None or coordinator._group_instance_id is None:
         return
     coordinator._maybe_leave_group = functools.partial(_leave_as_static_member, coordinator)
+
+
+#: The longest the worker's stop waits for its early leave of the group.
+LEAVE_WAIT_S = 5.0
+
+
+async def leave_group_now(app: Any) -> None:
+    """Leave the group now, as the consumer's close would (see :func:`leave_at_close`),
+    when the settings ask a stopping worker to leave: the coordinator closes on the
+    consumer's thread, sends LeaveGroup, and neither heartbeats nor joins again. The
+    consumer's own close later finds it closed. A failure is logged: the leave then
+    happens at that close, as before."""
+    settings = getattr(app, "settings", None)
+    if not getattr(settings, "leave_group_on_stop", False):
+        return
+    consumer = aiokafka_consumer(app)
+    coordinator: Any = getattr(consumer, "_coordinator", None)
+    if consumer is None or coordinator is None:
+        return
+    leave_at_close(consumer)
+    try:
+        await asyncio.wait_for(_in_thread(app, coordinator.close), LEAVE_WAIT_S)
+    except Exception as exc:
+        logger.warning("leaving the group at the stop failed (%r): it leaves at the close", exc)
 
 
 async def _leave_as_static_member(coordinator: Any) -> None:

@@ -361,7 +361,12 @@ def test_a_worker_stopped_with_sigterm_leaves_the_group_and_its_peer_takes_over(
         both = {a.url, b.url}
         wait_for(lambda: set(active_partitions(a, WORDS_CHANGELOG).values()) == both, 60)
         assert b.stop()  # SIGTERM; stopped without being killed
-        assert f"left group streamstate as {b.url}" in b.log_text(), b.log_tail()
+        log, left = b.log_text(), f"left group streamstate as {b.url}"
+        assert left in log, b.log_tail()
+        # It leaves once its fetch loop has ended, before its tables close, and it
+        # neither heartbeats nor joins again on its way out.
+        assert log.index(left) < log.index("Closing rocksdb on stop"), b.log_tail()
+        assert "Joined group" not in log[log.index(left) :], b.log_tail()
 
         def all_on_a() -> dict[int, str] | None:
             found = active_partitions(a, WORDS_CHANGELOG)
