@@ -153,6 +153,8 @@ class StreamstateApp(EngineApp):
             # Standby databases open once reads are served: the opens hold the GIL that
             # the API's import in a thread needs.
             tables.recovery.standbys_after = api.serving.wait
+            # ... and after a rebalance, once the active tasks' first cycle has ended.
+            tables.recovery.actives_first = self.engine.next_cycle
         return deps
 
 

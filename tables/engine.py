@@ -310,6 +310,8 @@ class Engine:
         #: it; taken by the partition's task when it starts under that assignment
         self._opening: dict[int, asyncio.Future[Opened]] = {}
         self._discards: set[asyncio.Future[None]] = set()
+        #: what waits for the end of the next cycle that runs a task (:meth:`next_cycle`)
+        self._cycle_waiters: list[asyncio.Future[None]] = []
 
     def fail(self, reason: str) -> None:
         """Stop processing for good: a store failed (the first reason is kept)."""
@@ -457,6 +459,17 @@ class Engine:
             await self._commit(await self._run(runs, moved))
             self.figures.cycles += 1
             self.figures.cycle_seconds += time.monotonic() - started
+            waiters, self._cycle_waiters = self._cycle_waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def next_cycle(self) -> None:
+        """Wait until the next cycle that runs a task has ended (committed, or stalled
+        the tasks it could not apply)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._cycle_waiters.append(waiter)
+        await waiter
 
     async def _run(
         self,

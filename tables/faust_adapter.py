@@ -1149,6 +1149,10 @@ class TrackedRecovery(Recovery):
         self.standbys_after: Callable[[], Awaitable[Any]] | None = None
         #: set once the first recovery has completed ("Worker ready")
         self.recovered = asyncio.Event()
+        #: what the standby start waits for after a recovery that gave this worker active
+        #: partitions, at most ``actives_first_wait_s`` (the composition root: the
+        #: engine's next cycle)
+        self.actives_first: Callable[[], Awaitable[Any]] | None = None
 
     async def on_start(self) -> None:
         await super().on_start()
@@ -1172,6 +1176,11 @@ class TrackedRecovery(Recovery):
 
     #: Longest wait for ``standbys_after`` before the standbys start anyway.
     standbys_wait_s = 10.0
+    #: Longest wait for ``actives_first`` before the standbys start anyway. The standby
+    #: start (the databases' opens, the copies' catch-up) shares the event loop and the
+    #: GIL with the first cycle after a rebalance, which carries every record that
+    #: arrived during it: that cycle's commit comes first.
+    actives_first_wait_s = 2.0
 
     def add_standby(self, table: Any, tp: Any) -> None:
         self._deferred_standbys.append((table, tp))
@@ -1210,6 +1219,9 @@ class TrackedRecovery(Recovery):
         if self.standbys_after is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.standbys_after(), self.standbys_wait_s)
+        if self.actives_first is not None and self.active_tps:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.actives_first(), self.actives_first_wait_s)
         started = time.monotonic()
         tps = set()
         for table, tp in deferred:

@@ -739,3 +739,28 @@ def test_after_a_kafka_failure_the_same_engine_applies_the_failed_batch(
     run(engine, connector, limit=1000)
     assert table.values() == dict(want)
     assert engine.stalled() == []
+
+
+def test_next_cycle_ends_with_the_first_cycle_that_runs_a_task_not_with_a_task_start() -> None:
+    # The standby start after a rebalance waits for it (tables/faust_adapter.py).
+    log = Log()
+    lines(log, TEXTS)
+    tp = TP(TEXT_LINES, 0)
+    connector = LogConnector(log, exactly_once=False)
+    engine = word_engine(connector, MemoryTable(WORD_COUNTS))
+
+    async def cycles() -> tuple[bool, bool, int]:
+        waiting = asyncio.ensure_future(engine.next_cycle())
+        await asyncio.sleep(0)
+        # the partition's first records start its task and are fetched again: no run
+        await engine.process({tp: log.records[tp][:2]}, {tp: 2})
+        after_start = waiting.done()
+        fetched = fetch(connector, [TEXT_LINES], 1000)
+        await engine.process(fetched, {t: connector.positions[t] for t in fetched})
+        await asyncio.sleep(0)
+        return after_start, waiting.done(), engine.figures.cycles
+
+    after_start, after_run, ran = asyncio.run(cycles())
+    assert not after_start
+    assert after_run
+    assert ran == 1
