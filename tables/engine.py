@@ -465,8 +465,9 @@ class Engine:
                     waiter.set_result(None)
 
     async def next_cycle(self) -> None:
-        """Wait until the next cycle that runs a task has ended (committed, or stalled
-        the tasks it could not apply)."""
+        """Wait until the next cycle that runs a task has committed (its tasks that
+        Kafka refused stalled meanwhile); a cycle whose commit fails leaves it waiting
+        for the next."""
         waiter = asyncio.get_running_loop().create_future()
         self._cycle_waiters.append(waiter)
         await waiter
