@@ -201,3 +201,9 @@ class WorkerCollector(Collector):
             "Changelog records applied to standby partitions.",
             value=stats.standby_records,
         )
+        yield CounterMetricFamily(
+            "streamstate_standby_records_written",
+            "Of those, records written as fetched (one write batch per fetched run); the "
+            "others went through faust's changelog queue.",
+            value=stats.standby_written_records,
+        )

@@ -28,6 +28,8 @@ class RestoreStats:
     total_duration_s: float = 0.0
     records_by_table: Counter[str] = field(default_factory=Counter)
     standby_records: int = 0
+    #: of ``standby_records``: written as fetched, one write batch per fetched run
+    standby_written_records: int = 0
     bulk_records: int = 0
     bulk_duration_s: float = 0.0
 
@@ -40,6 +42,7 @@ class RestoreStats:
             "total_records": self.total_records,
             "records_by_table": dict(self.records_by_table),
             "standby_records": self.standby_records,
+            "standby_written_records": self.standby_written_records,
             "bulk_records": self.bulk_records,
             "bulk_duration_s": self.bulk_duration_s,
         }

@@ -328,9 +328,38 @@ def test_a_joining_worker_copies_its_standbys_in_bulk_after_it_is_ready(
             )
             with urllib.request.urlopen(request, timeout=5) as answer:
                 assert orjson.loads(answer.read())["value"] == value
+        # What follows reaches b's standby copies as fetched: each fetched run is
+        # written in one batch, not through faust's queue a record at a time.
+        more = item_events(150, seed=8)
+        later = expected_inventory(events + more)
+        produce_workload(kafka, more, [])
+        wait_for(lambda: changelog_state(kafka.bootstrap, "inventory") == later, 90)
+        wait_for(lambda: all(read_forwarded(b, a, store) == v for store, v in later.items()), 60)
+        assert written_to_standbys(b) > 0, b.log_tail()
         no_agent_crashed(b)
     finally:
         stop_workers([b, a])
+
+
+def read_forwarded(worker: Worker, sender: Worker, store: bytes) -> Any:
+    """The value ``worker``'s own copy holds for ``store`` (a read forwarded to it)."""
+    request = urllib.request.Request(
+        f"{worker.url}/tables/inventory/keys/{store.decode()}",
+        headers={FORWARDED_HEADER: sender.url},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return orjson.loads(answer.read())["value"]
+    except urllib.error.HTTPError:
+        return None
+
+
+def written_to_standbys(worker: Worker) -> float:
+    status, text = worker.get("/metrics")
+    assert status == 200
+    name = "streamstate_standby_records_written_total "
+    values = [line.split()[-1] for line in str(text).splitlines() if line.startswith(name)]
+    return float(values[0]) if values else 0.0
 
 
 WORDS_CHANGELOG = "streamstate-word_counts-changelog"
