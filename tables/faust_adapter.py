@@ -1300,11 +1300,21 @@ class TrackedRecovery(Recovery):
         ):
             self.stale_records += len(records)
             return True
+        engine: Any = getattr(self.app, "engine", None)
+        if engine is not None and engine.failure is not None:
+            return True  # the worker processes nothing more: its restart copies these
         seen = self.standby_offsets.get(tp)
         run = [r for r in records if seen is None or r.offset > seen]
         if run:
             last = run[-1].offset
-            written = write_run(table.data, tp.partition, run, last)
+            try:
+                written = write_run(table.data, tp.partition, run, last)
+            except Exception as exc:  # its disk is full or failed
+                if engine is None:
+                    raise
+                # As a failed write of faust's own standby path does (StandbyFlusher).
+                engine.fail(f"a standby's store failed: {exc!r}")
+                return True
             self.stats.standby_records += written
             self.stats.standby_written_records += written
             self.standby_offsets[tp] = last
