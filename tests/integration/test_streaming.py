@@ -23,6 +23,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from agents.sales import SALES_BY_CATEGORY
 from api.peers import FORWARDED_HEADER
+from core.topics import partition_for
 from streams.compile import repartition_topic
 from tests.support.kafka import LocalKafka, local_kafka
 from tests.support.kafka_io import (
@@ -34,7 +35,7 @@ from tests.support.kafka_io import (
     wait_equal,
     wait_for,
 )
-from tests.support.workers import Worker, stop_workers
+from tests.support.workers import TOPIC_PARTITIONS, Worker, stop_workers
 
 pytestmark = pytest.mark.integration
 
@@ -330,7 +331,18 @@ def test_a_joining_worker_copies_its_standbys_in_bulk_after_it_is_ready(
                 assert orjson.loads(answer.read())["value"] == value
         # What follows reaches b's standby copies as fetched: each fetched run is
         # written in one batch, not through faust's queue a record at a time.
-        more = item_events(150, seed=8)
+        # Forty stores reach every partition of the inventory table, so some of them
+        # reach the partitions of which b holds the standby copies.
+        more = item_events(150, seed=8, stores=40)
+        status, report = b.get("/internal/console/worker")
+        assert status == 200, report
+        standby = {
+            c["partition"]
+            for c in report["copies"]
+            if c["replica"] == "standby" and c["table"] == "inventory"
+        }
+        touched = {partition_for(e["store_id"].encode(), TOPIC_PARTITIONS) for e in more}
+        assert standby & touched, (standby, touched)
         later = expected_inventory(events + more)
         produce_workload(kafka, more, [])
         wait_for(lambda: changelog_state(kafka.bootstrap, "inventory") == later, 90)

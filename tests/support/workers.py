@@ -18,6 +18,9 @@ from typing import Any
 
 from tests.support.kafka import ROOT, LocalKafka
 
+#: Partitions of every topic the workers create.
+TOPIC_PARTITIONS = 8
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -64,7 +67,7 @@ class Worker:
         env = {
             **os.environ,
             "BROKER_URL": self.kafka.broker_url,
-            "TOPIC_PARTITIONS": "8",
+            "TOPIC_PARTITIONS": str(TOPIC_PARTITIONS),
             "PYTHONUNBUFFERED": "1",
             **self.extra_env,
         }
