@@ -15,8 +15,11 @@ partition's changelogs (its standby), as Kafka Streams does with warm-up replica
 - a member with warm-ups asks for a follow-up rebalance once they are within the lag
   (:class:`WarmupWatch`), and the leader moves them then.
 
-Partitions whose previous owner has left (a stop or a crash) go where faust puts them:
-to the members holding their standbys first. Members tell the leader the changelog
+A partition whose previous owner has left (a stop or a crash) is measured against the
+copy of it furthest along among the members (a standby, as a rule): it goes where faust
+puts it if that member's copy is within the lag, else to the member with the furthest
+copy, and the member faust chose takes instead a partition it holds a warm copy of from
+a member over its share, or warms this one up. Members tell the leader the changelog
 offset each of their copies holds (actives, standbys, and the copies left on their disk
 by an earlier process, from the file :class:`WarmupWatch` keeps), and the leader measures
 a copy's lag against the furthest copy of the partition reported (its owner's). The
@@ -257,6 +260,9 @@ class WarmupAssignor(PartitionAssignor):
         before = _owners({m: a for m, a in previous.items() if m in assignments}, lead)
         if before is None:
             return None
+        # A partition whose owner left is measured against the furthest copy of it.
+        orphans = sorted(set(proposed) - set(before))
+        before.update(furthest_copies(orphans, proposed, reported, logs))
 
         def lag(member: str, partition: int) -> int | None:
             """How far the member's copy is behind the previous owner's, over the
@@ -277,6 +283,38 @@ class WarmupAssignor(PartitionAssignor):
             return max(found)
 
         return plan_handover(proposed, before, lag, self.acceptable_lag)
+
+
+def furthest_copies(
+    partitions: Iterable[int],
+    proposed: Mapping[int, str],
+    reported: Mapping[str, Offsets],
+    logs: Iterable[str],
+) -> dict[int, str]:
+    """For each of ``partitions``, the member whose copy is furthest along: the least
+    behind, over the partition's changelogs, the furthest copy any member reported
+    (faust's choice, ``proposed``, on a tie). A partition of which no member reported a
+    copy is left out."""
+    logs = list(logs)
+    found: dict[int, str] = {}
+    for partition in partitions:
+        ends = {}
+        for topic in logs:
+            held = [o[topic][partition] for o in reported.values() if partition in o.get(topic, {})]
+            if held:
+                ends[topic] = max(held)
+        if not ends:
+            continue
+        ranked = []
+        for member, offsets in reported.items():
+            mine = [offsets.get(topic, {}).get(partition) for topic in ends]
+            if any(offset is None for offset in mine):
+                continue
+            behind = max(ends[t] - o for t, o in zip(ends, mine, strict=True) if o is not None)
+            ranked.append((behind, member != proposed.get(partition), member))
+        if ranked:
+            found[partition] = min(ranked)[2]
+    return found
 
 
 def _offsets(raw: Any) -> dict[str, dict[int, int]]:

@@ -18,6 +18,7 @@ from tables.warmups import (
     WarmupAssignor,
     WarmupWatch,
     copy_offsets,
+    furthest_copies,
     plan_handover,
     read_copies,
     standby_lags,
@@ -195,6 +196,33 @@ def test_a_leaving_member_hands_its_partitions_to_the_others_at_once() -> None:
     join({"a": first})
     assert actives(first, SOURCE) == set(range(PARTITIONS))
     assert first.warmups == {}
+
+
+def test_the_furthest_copy_of_a_partition_whose_owner_left_is_found() -> None:
+    reported = {
+        "a": {"x": {0: 90, 1: 50}, "y": {0: 9, 1: 5}},
+        "b": {"x": {0: 100, 1: 50}, "y": {0: 10}},
+        "c": {"x": {1: 50}, "y": {1: 5}},
+    }
+    found = furthest_copies([0, 1, 2], {0: "c", 1: "c", 2: "c"}, reported, ["x", "y"])
+    # 0: b is 0 behind, a 10, c holds none; 1: a tie of a and c, c is faust's choice
+    # (b lacks y's copy); 2: nobody holds a copy.
+    assert found == {0: "b", 1: "c"}
+
+
+def test_a_leaving_member_hands_its_partitions_to_the_warm_copies() -> None:
+    a, b, c = member("http://a:1"), member("http://b:1"), member("http://c:1")
+    join({"a": a, "b": b, "c": c})
+    left = actives(c, SOURCE)
+    assert left
+    # a holds warm copies of every partition; b only of those it or a owned.
+    holding(a, 5_000)
+    holding(b, 5_000, set(range(PARTITIONS)) - left)
+    join({"a": a, "b": b})
+    assert actives(a, SOURCE) | actives(b, SOURCE) == set(range(PARTITIONS))
+    assert actives(a, SOURCE) >= left  # none of c's went to b's cold copies
+    assert len(actives(b, SOURCE)) == PARTITIONS // 2  # b took warm ones of a's instead
+    assert a.warmups == b.warmups == {}
 
 
 def test_without_warm_handover_faust_moves_partitions_at_once() -> None:
