@@ -309,6 +309,8 @@ class Engine:
         #: start has fenced the previous owner), read beside the recovery instead of after
         #: it; taken by the partition's task when it starts under that assignment
         self._opening: dict[int, asyncio.Future[Opened]] = {}
+        #: the topics' limits, read once the first assignment comes (see :meth:`keep`)
+        self._limits_ahead: asyncio.Future[None] | None = None
         self._discards: set[asyncio.Future[None]] = set()
         #: what waits for the end of the next cycle that runs a task (:meth:`next_cycle`)
         self._cycle_waiters: list[asyncio.Future[None]] = []
@@ -333,6 +335,7 @@ class Engine:
         positions: Mapping[Any, int],
         *,
         settled: bool = True,
+        starts: Mapping[Any, int] | None = None,
     ) -> None:
         """Hand one fetch to the engine; every failure is handled here (see the module's
         docstring). What it does not apply is fetched again: the consumer's position is
@@ -343,10 +346,14 @@ class Engine:
         earlier generation: nothing is applied, the records come back once it settled,
         to the tasks the new assignment kept (:meth:`keep`) or to new ones started from
         the committed offsets. Cancelled (the worker stops), the cycle in flight gets
-        :data:`STOP_WAIT_S` to take effect and is then cut short."""
+        :data:`STOP_WAIT_S` to take effect and is then cut short.
+
+        ``starts``: per fetched partition, where known, the position its records follow
+        on from; a task that starts with this fetch runs them at once when they follow
+        on from its committed offset, rather than fetching them again."""
         if not fetched or self.failure is not None:
             return
-        cycle = asyncio.ensure_future(self._offer(fetched, positions, settled))
+        cycle = asyncio.ensure_future(self._offer(fetched, positions, settled, starts or {}))
         try:
             retry = await asyncio.shield(cycle)
         except asyncio.CancelledError:
@@ -360,13 +367,14 @@ class Engine:
         fetched: Mapping[Any, Sequence[SourceRecord]],
         positions: Mapping[Any, int],
         settled: bool,
+        starts: Mapping[Any, int],
     ) -> bool:
         """One fetch's cycle; True when the tasks start again after a pause."""
         if not settled:
             await self.refetch(fetched)
             return False
         try:
-            await self.process(fetched, positions)
+            await self.process(fetched, positions, starts)
         except StoreFailure as exc:
             self.fail(str(exc))
             await self.revoke()
@@ -413,14 +421,18 @@ class Engine:
     # -- the commit cycle ---------------------------------------------------------------
 
     async def process(
-        self, fetched: Mapping[Any, Sequence[SourceRecord]], positions: Mapping[Any, int]
+        self,
+        fetched: Mapping[Any, Sequence[SourceRecord]],
+        positions: Mapping[Any, int],
+        starts: Mapping[Any, int] | None = None,
     ) -> None:
         """One engine cycle over everything fetched: each task's cycle (tasks in
         parallel), then the group's commit under at_least_once. Raises
         :class:`StoreFailure`, and :class:`EngineFailure` when the group's commit failed.
 
         ``positions``: the consumer's position of each assigned source partition right
-        after the fetch (past the transaction markers it skipped)."""
+        after the fetch (past the transaction markers it skipped); ``starts``: see
+        :meth:`offer`."""
         async with self._lock:
             started = time.monotonic()
             by_partition: dict[int, dict[TP, Sequence[SourceRecord]]] = {}
@@ -440,7 +452,7 @@ class Engine:
                     by_partition.setdefault(tp.partition, {})[tp] = ()
             if self._kept:
                 await self._verify_kept()
-            runs, starts = [], []
+            runs, new = [], []
             for partition, fetched_here in sorted(by_partition.items()):
                 stall = self.stalls.get(partition)
                 if stall is not None and not stall.due(started):
@@ -448,12 +460,14 @@ class Engine:
                     continue
                 task = self.tasks.get(partition)
                 if task is None:
-                    starts.append((partition, fetched_here))
+                    new.append((partition, fetched_here))
                     continue
                 runs.append((task, fetched_here))
             # The partitions a rebalance brought start together: each opens its producer
             # (a transactional one under exactly_once) and reads its committed offsets.
-            await asyncio.gather(*(self._start_or_stall(p, f) for p, f in starts))
+            began = {TP(tp.topic, tp.partition): o for tp, o in (starts or {}).items()}
+            ran = await asyncio.gather(*(self._start_or_stall(p, f, began) for p, f in new))
+            runs += [(self.tasks[p], f) for (p, f), now in zip(new, ran, strict=True) if now]
             if not runs:
                 return
             await self._commit(await self._run(runs, moved))
@@ -751,23 +765,37 @@ class Engine:
         self.limits.read = True
 
     async def _start_or_stall(
-        self, partition: int, fetched: Mapping[TP, Sequence[SourceRecord]]
-    ) -> None:
+        self,
+        partition: int,
+        fetched: Mapping[TP, Sequence[SourceRecord]],
+        starts: Mapping[TP, int],
+    ) -> bool:
         try:
-            await self._start(partition, fetched)
+            return await self._start(partition, fetched, starts)
         except EngineFailure as exc:
             await self._stall(partition, fetched, exc, None)
+            return False
 
-    async def _start(self, partition: int, fetched: Mapping[TP, Sequence[SourceRecord]]) -> None:
-        """Set up the task of a partition this worker now holds; what was fetched for it
-        is dropped and fetched again from the committed offsets."""
+    async def _start(
+        self,
+        partition: int,
+        fetched: Mapping[TP, Sequence[SourceRecord]],
+        starts: Mapping[TP, int],
+    ) -> bool:
+        """Set up the task of a partition this worker now holds; True when it runs what
+        was fetched for it in this cycle: those records follow on from its committed
+        offsets (``starts``, see :meth:`offer`). Else they are dropped and fetched again
+        from the committed offsets."""
         if not self.connector.ready(partition):
             # Not restored here yet (or the group is rebalancing): fetch these records
             # again. Dropped, they would wait for the partition's next record to start
             # its task, and a partition that receives nothing more would never apply them.
             await self.refetch(fetched)
-            return
+            return False
         await self.connector.prepare()
+        reading = self._limits_ahead
+        if not self.limits.read and reading is not None and not reading.done():
+            await asyncio.shield(reading)
         if not self.limits.read:
             await self._read_limits(self.sends)
         # exactly_once: a transactional producer of the task's own, whose start fences
@@ -787,7 +815,14 @@ class Engine:
                 committed = {tp: ahead[tp] for tp in tps}
             else:
                 committed = await self.connector.committed(tps)
-            await self.connector.seek(committed)
+            follows = all(
+                committed.get(tp) is not None and starts.get(tp) == committed[tp] for tp in fetched
+            )
+            # The fetched partitions stay where they are when their records follow on
+            # from the committed offsets: a seek would drop what the consumer holds.
+            await self.connector.seek(
+                {tp: o for tp, o in committed.items() if not (follows and tp in fetched)}
+            )
         except Exception as exc:
             await producer.close()
             raise EngineFailure(f"task {partition}: no committed offsets: {exc!r}") from exc
@@ -814,6 +849,7 @@ class Engine:
             partition,
             ", ".join(f"{tp.topic}={o}" for tp, o in sorted(committed.items())),
         )
+        return follows
 
     async def _open_producer(self, partition: int) -> Producer:
         producer = self.connector.producer(partition, transactional=self.exactly_once)
@@ -893,6 +929,11 @@ class Engine:
                 discard.add_done_callback(self._discards.discard)
             if self.exactly_once:
                 self._open_ahead(partitions, discard)
+            reading = self._limits_ahead
+            if partitions and not self.limits.read and (reading is None or reading.done()):
+                # A worker's first tasks would read them as they start, after the
+                # recovery: read while it runs.
+                self._limits_ahead = asyncio.ensure_future(self._read_limits(self.sends))
             kept = sorted(self.tasks)
             logger.info(
                 "assignment of partitions %s: tasks %s kept, %s closed",
@@ -944,6 +985,8 @@ class Engine:
     async def close(self) -> None:
         """At the worker's stop: every task closes, then the connector's producers."""
         await self.revoke()
+        if self._limits_ahead is not None:
+            self._limits_ahead.cancel()
         await self.connector.close()
 
     def lag(self, highwaters: Mapping[Any, int]) -> dict[TP, int]:

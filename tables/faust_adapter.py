@@ -130,6 +130,10 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         #: Per partition of the last fetch, its :func:`fetch_mark` when its records were
         #: handed out. Set on this thread, where the seeks run too.
         self.fetched_marks: dict[Any, FetchMark] = {}
+        #: Per partition of the last fetch, the position its records follow on from (its
+        #: first record, or the transaction markers before it), where known: no seek or
+        #: reset moved the position while the fetch waited.
+        self.fetched_starts: dict[Any, int] = {}
 
     def verify_event_path(self, now: float, tp: Any) -> None:
         """faust's stall detector, for the changelogs only: it judges a partition by
@@ -162,10 +166,30 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         timeout: float | None = None,  # noqa: ASYNC109 (faust's signature)
         max_records: int | None = None,
     ) -> Any:
+        before = {}
+        for tp in active_partitions:
+            state = _partition_state(consumer, tp)
+            if state is not None and state.has_valid_position:
+                before[tp] = (state, int(state.position), self.seeks[tp])
         records = await super()._fetch_records(
             consumer, active_partitions, timeout=timeout, max_records=max_records
         )
         self.fetched_marks = {tp: fetch_mark(self, tp) for tp in records or ()}
+        # aiokafka hands out the records that follow on from a partition's position: the
+        # position before the fetch, unless a seek or a reset moved it meanwhile.
+        starts = {}
+        for tp, batch in (records or {}).items():
+            found = before.get(tp)
+            if found is None or not batch:
+                continue
+            state, position, seeks = found
+            if (
+                _partition_state(consumer, tp) is state
+                and self.seeks[tp] == seeks
+                and batch[0].offset >= position
+            ):
+                starts[tp] = position
+        self.fetched_starts = starts
         return records
 
     async def on_thread_stop(self) -> None:
@@ -714,7 +738,8 @@ async def _drain(app: Any, fetcher: Service) -> None:
                         position = _position(app, tp)
                         if position is not None:
                             positions[tp] = position
-                await engine.offer(sources, positions, settled=settled)
+                starts = consumer._thread.fetched_starts
+                await engine.offer(sources, positions, settled=settled, starts=starts)
             # After the sources, and never holding them back: faust hands changelog
             # records to recovery and the standbys one at a time.
             marks = consumer._thread.fetched_marks
@@ -818,8 +843,11 @@ class FaustConnector:
             # offset: a pending reset would leave the partition without a position.
             fresh = [tp for tp, offset in wanted.items() if offset is None]
             starts = await consumer.beginning_offsets(fresh) if fresh else {}
+            thread = getattr(self.app.consumer, "_thread", None)
             for tp, offset in wanted.items():
                 consumer.seek(tp, starts[tp] if offset is None else offset)
+                if thread is not None:
+                    thread.seeks[tp] += 1  # a fetch under way no longer says where it began
 
         await _in_thread(self.app, seek)
 

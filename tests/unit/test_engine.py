@@ -213,6 +213,7 @@ class LogConnector:
     shared_broken: set[TP] = field(default_factory=set)
     #: the topics' limits as the broker describes them (None: the log's own rules)
     rules: dict[str, TopicLimits] | None = None
+    limits_read: int = 0
 
     def ready(self, partition: int) -> bool:
         return True
@@ -247,6 +248,7 @@ class LogConnector:
         self.paused.difference_update(tps)
 
     async def limits(self, topics: Sequence[str]) -> dict[str, TopicLimits]:
+        self.limits_read += 1
         known = self.rules if self.rules is not None else self.log.rules
         return {topic: known[topic] for topic in topics if topic in known}
 
@@ -589,6 +591,60 @@ def test_a_task_starts_from_the_committed_offsets_and_drops_what_was_fetched_bef
     assert engine.tasks[0].checkpoint.next[tp] == 4
     assert connector.positions[tp] == 4
     assert table.values() == {}  # the fetched records were dropped, not applied
+
+
+@pytest.mark.parametrize(
+    ("began", "runs_now"), [(2, True), (1, False), (None, False)], ids=["on", "before", "unknown"]
+)
+def test_a_starting_task_runs_what_was_fetched_when_it_follows_on_from_the_committed_offsets(
+    began: int | None, runs_now: bool
+) -> None:
+    # The fetch loop says where each fetched partition's records follow on from; records
+    # that follow on from the committed offset run in the cycle that starts the task, the
+    # partition left where it is. Others are dropped and fetched again from there.
+    log = Log()
+    lines(log, TEXTS)
+    tp = TP(TEXT_LINES, 0)
+    log.committed[tp] = 2
+    connector = LogConnector(log, exactly_once=True)
+    connector.positions[tp] = 5  # past the records fetched
+    engine = word_engine(connector, MemoryTable(WORD_COUNTS))
+    starts = {} if began is None else {tp: began}
+
+    async def first() -> None:
+        await engine.process({tp: log.records[tp][2:5]}, {tp: 5}, starts)
+
+    asyncio.run(first())
+    assert set(engine.tasks) == {0}
+    if runs_now:
+        assert engine.figures.cycles == 1
+        assert engine.tasks[0].checkpoint.next[tp] == 5
+        assert log.committed[tp] == 5
+        assert connector.positions[tp] == 5  # not sought: the consumer keeps its place
+    else:
+        assert engine.figures.cycles == 0
+        assert engine.tasks[0].checkpoint.next[tp] == 2
+        assert log.committed[tp] == 2
+        assert connector.positions[tp] == 2  # sought back to the committed offset
+
+
+def test_the_first_assignment_reads_the_topics_limits_before_the_first_task_starts() -> None:
+    log = Log()
+    lines(log, TEXTS)
+    tp = TP(TEXT_LINES, 0)
+    connector = LogConnector(log, exactly_once=False)
+    engine = word_engine(connector, MemoryTable(WORD_COUNTS))
+
+    async def assign_then_start() -> tuple[int, bool]:
+        await engine.keep({0})
+        await asyncio.sleep(0)
+        read_at_assignment = connector.limits_read, engine.limits.read
+        await engine.process({tp: log.records[tp][:2]}, {tp: 2})
+        return read_at_assignment
+
+    assert asyncio.run(assign_then_start()) == (1, True)
+    assert set(engine.tasks) == {0}
+    assert connector.limits_read == 1  # the task's start did not read them again
 
 
 def test_pipelines_must_declare_the_tables_they_write() -> None:
