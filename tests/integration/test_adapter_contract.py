@@ -353,6 +353,46 @@ def test_a_fetch_mark_changes_with_a_recovery_seek_or_a_new_assignment_not_with_
     assert asyncio.run(check()) == [True, False, False]
 
 
+def test_a_fetch_says_where_its_records_follow_on_from(kafka: LocalKafka) -> None:
+    # A task that starts runs its first fetch's records when they follow on from its
+    # committed offset: the consumer thread says where each fetch's records follow on
+    # from (what it did not hand out stays buffered for the next fetch).
+    from app.main import create_app
+    from core.settings import Settings
+
+    topic = "contract-starts"
+    create_topics(kafka.bootstrap, {topic: 1})
+    produce(kafka.bootstrap, topic, [(None, f"r{n}".encode()) for n in range(10)])
+    tp = TopicPartition(topic, 0)
+
+    async def check() -> list[tuple[list[int], dict[Any, int]]]:
+        thread = create_app(Settings(broker_url=f"kafka://{kafka.bootstrap}")).consumer._thread
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        seen = []
+
+        async def fetch(most: int) -> None:
+            got = await thread._fetch_records(consumer, {tp}, timeout=5.0, max_records=most)
+            seen.append(([r.offset for r in got.get(tp, [])], dict(thread.fetched_starts)))
+
+        try:
+            consumer.assign([tp])
+            consumer.seek(tp, 2)
+            await fetch(3)
+            await fetch(1000)
+            consumer.seek(tp, 4)
+            thread.seeks[tp] += 1  # as the connector's seek counts it
+            await fetch(1000)
+            return seen
+        finally:
+            await consumer.stop()
+
+    first, rest, again = asyncio.run(check())
+    assert first == ([2, 3, 4], {tp: 2})
+    assert rest == ([5, 6, 7, 8, 9], {tp: 5})
+    assert again == ([4, 5, 6, 7, 8, 9], {tp: 4})  # from where the seek put it
+
+
 def test_the_changelog_queue_keeps_its_records_when_the_flow_resumes() -> None:
     """faust empties its changelog queue when the flow resumes after a rebalance; the
     records fetched after that, before the recovery seeks, would follow a gap."""
