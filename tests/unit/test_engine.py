@@ -314,6 +314,14 @@ def lines(log: Log, texts: Sequence[str]) -> Counter[bytes]:
 TEXTS = ["the fox", "The dog and the fox", "a b c", "ünïcode wörds", "b b b"] * 7
 
 
+def words_at_partition_0(exactly_once: bool) -> tuple[Log, TP, LogConnector, Engine]:
+    """The texts in a log, and a word count engine over it; partition 0 of the lines."""
+    log = Log()
+    lines(log, TEXTS)
+    connector = LogConnector(log, exactly_once=exactly_once)
+    return log, TP(TEXT_LINES, 0), connector, word_engine(connector, MemoryTable(WORD_COUNTS))
+
+
 @pytest.mark.parametrize("exactly_once", [False, True])
 def test_a_run_counts_every_word_once_and_commits_every_offset(exactly_once: bool) -> None:
     log, table = Log(), MemoryTable(WORD_COUNTS)
@@ -602,13 +610,9 @@ def test_a_starting_task_runs_what_was_fetched_when_it_follows_on_from_the_commi
     # The fetch loop says where each fetched partition's records follow on from; records
     # that follow on from the committed offset run in the cycle that starts the task, the
     # partition left where it is. Others are dropped and fetched again from there.
-    log = Log()
-    lines(log, TEXTS)
-    tp = TP(TEXT_LINES, 0)
+    log, tp, connector, engine = words_at_partition_0(exactly_once=True)
     log.committed[tp] = 2
-    connector = LogConnector(log, exactly_once=True)
     connector.positions[tp] = 5  # past the records fetched
-    engine = word_engine(connector, MemoryTable(WORD_COUNTS))
     starts = {} if began is None else {tp: began}
 
     async def first() -> None:
@@ -629,11 +633,7 @@ def test_a_starting_task_runs_what_was_fetched_when_it_follows_on_from_the_commi
 
 
 def test_the_first_assignment_reads_the_topics_limits_before_the_first_task_starts() -> None:
-    log = Log()
-    lines(log, TEXTS)
-    tp = TP(TEXT_LINES, 0)
-    connector = LogConnector(log, exactly_once=False)
-    engine = word_engine(connector, MemoryTable(WORD_COUNTS))
+    log, tp, connector, engine = words_at_partition_0(exactly_once=False)
 
     async def assign_then_start() -> tuple[int, bool]:
         await engine.keep({0})
@@ -799,11 +799,7 @@ def test_after_a_kafka_failure_the_same_engine_applies_the_failed_batch(
 
 def test_next_cycle_ends_with_the_first_cycle_that_runs_a_task_not_with_a_task_start() -> None:
     # The standby start after a rebalance waits for it (tables/faust_adapter.py).
-    log = Log()
-    lines(log, TEXTS)
-    tp = TP(TEXT_LINES, 0)
-    connector = LogConnector(log, exactly_once=False)
-    engine = word_engine(connector, MemoryTable(WORD_COUNTS))
+    log, tp, connector, engine = words_at_partition_0(exactly_once=False)
 
     async def cycles() -> tuple[bool, bool, int]:
         waiting = asyncio.ensure_future(engine.next_cycle())
