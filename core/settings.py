@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     #: sent while a cycle runs waits this long before the partitions it left out, whose
     #: records keep arriving, are fetched again.
     source_fetch_max_wait_ms: int = Field(100, ge=0, le=10_000)
+    #: The same for a fetch that leaves out no partition (none holds records the engine
+    #: has not taken, none is paused or without a position), in ms: the broker answers
+    #: it as soon as any of its partitions has a record, so a long hold delays nothing,
+    #: and an idle worker's consumer does not wake ten times a second for nothing.
+    source_fetch_idle_wait_ms: int = Field(1_500, ge=0, le=10_000)
     #: The pipeline modules to run, comma-separated: importable modules, each with a
     #: ``pipelines(context)`` function (the worker and the nightly job load the same).
     pipelines: str = "agents.words,agents.inventory,agents.sales,agents.settling"

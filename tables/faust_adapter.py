@@ -215,8 +215,22 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = super()._create_worker_consumer(transport)
         settings = getattr(self.consumer.app, "settings", None)
         wait_ms = getattr(settings, "source_fetch_max_wait_ms", None)
+        idle_ms = getattr(settings, "source_fetch_idle_wait_ms", None)
         if wait_ms is not None:
-            fetch_max_wait(consumer, int(wait_ms))
+            app = self.consumer.app
+
+            def handed_out(tp: Any) -> bool:
+                # faust keeps the changelogs of active tables assigned and paused for
+                # good (fetched, never handed out); a source partition it pauses comes
+                # back soon (at a recovery's end, at a stall's retry)
+                active = getattr(app.consumer, "_active_partitions", None)
+                engine = getattr(app, "engine", None)
+                return (active is not None and tp in active) or (
+                    engine is not None and tp.topic in engine.topics
+                )
+
+            idle = None if idle_ms is None else int(idle_ms)
+            fetch_max_wait(consumer, int(wait_ms), idle, handed_out)
         if self.read_committed:
             # faust reads committed records only when it runs transactions itself; here
             # the engine runs them, so faust runs at least once.
@@ -244,10 +258,65 @@ async def seek_all_to_committed(consumer: AIOKafkaConsumer) -> dict[Any, int | N
     return committed
 
 
-def fetch_max_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
+def fetch_max_wait(
+    consumer: AIOKafkaConsumer,
+    wait_ms: int,
+    idle_ms: int | None = None,
+    handed_out: Callable[[Any], bool] | None = None,
+) -> None:
     """Set how long the broker may hold a fetch of an aiokafka consumer that is not
-    started yet (faust sets 1,500 ms and offers no setting)."""
+    started yet (faust sets 1,500 ms and offers no setting): ``wait_ms``, or ``idle_ms``
+    for a fetch that leaves out none of the consumer's partitions (see
+    :func:`adapt_fetch_wait`)."""
     consumer._fetch_max_wait_ms = wait_ms
+    if idle_ms is None or idle_ms == wait_ms:
+        return
+    start = consumer.start
+
+    async def start_then_adapt() -> None:
+        await start()
+        adapt_fetch_wait(consumer._fetcher, wait_ms, idle_ms, handed_out)
+
+    consumer.start = start_then_adapt
+
+
+def adapt_fetch_wait(
+    fetcher: Any, wait_ms: int, idle_ms: int, handed_out: Callable[[Any], bool] | None = None
+) -> None:
+    """Each fetch request of aiokafka's ``fetcher`` asks the broker to hold it at most
+    ``idle_ms`` when it leaves out no partition that may soon be fetched, else
+    ``wait_ms``.
+
+    The fetcher keeps one request in flight per broker, and a request leaves out the
+    partitions whose records are still buffered, paused or without a position: those
+    are fetched again only once it returns, which the short wait bounds. A request that
+    leaves out none returns as soon as any partition has a record, so the broker may
+    hold it long. ``handed_out(tp)`` tells the partitions whose records the consumer's
+    user takes, now or soon (default: every one); the others do not count."""
+    plan = fetcher._get_actions_per_node
+
+    def actions(assignment: Any) -> Any:
+        short = leaves_out(fetcher, assignment, handed_out)
+        fetcher._fetch_max_wait_ms = wait_ms if short else idle_ms
+        return plan(assignment)
+
+    fetcher._get_actions_per_node = actions
+
+
+def leaves_out(
+    fetcher: Any, assignment: Any, handed_out: Callable[[Any], bool] | None = None
+) -> bool:
+    """Whether a fetch request built now would leave out an assigned partition whose
+    records are handed out (``handed_out``): one with records still buffered, paused,
+    or without a position."""
+    buffered = fetcher._records
+    for tp in assignment.tps:
+        if handed_out is not None and not handed_out(tp):
+            continue
+        state = assignment.state_value(tp)
+        if tp in buffered or state.paused or not state.has_valid_position:
+            return True
+    return False
 
 
 def read_committed(consumer: AIOKafkaConsumer) -> None:

@@ -176,24 +176,53 @@ def test_the_group_consumer_asks_the_broker_to_hold_an_empty_fetch_as_long_as_th
     kafka: LocalKafka,
 ) -> None:
     # faust builds the worker's consumer with fetch_max_wait_ms=1500 and no setting; the
-    # adapter sets it before the start, and aiokafka's fetcher sends it in every request.
+    # adapter sets it before the start, and aiokafka's fetcher sends it in every request
+    # that leaves out a partition faust hands out (paused here), the idle wait in one
+    # that leaves out none: faust keeps the changelogs of active tables paused for good.
     from app.main import create_app
     from core.settings import Settings
 
-    async def check() -> tuple[int, int, int]:
-        settings = Settings(broker_url=f"kafka://{kafka.bootstrap}", source_fetch_max_wait_ms=70)
+    topic = "contract-fetch-wait"
+    create_topics(kafka.bootstrap, {topic: 2})
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+
+    async def check() -> tuple[int, list[int], int]:
+        settings = Settings(
+            broker_url=f"kafka://{kafka.bootstrap}",
+            source_fetch_max_wait_ms=70,
+            source_fetch_idle_wait_ms=900,
+        )
         app = create_app(settings)
         consumer = app.consumer._thread._create_worker_consumer(app.transport)
         before = consumer._fetch_max_wait_ms
         await consumer.start()
+        fetcher = consumer._fetcher
+        waits = []
         try:
-            # what aiokafka's fetcher puts in each FetchRequest it builds
-            return before, consumer._fetcher._fetch_max_wait_ms, Settings().source_fetch_max_wait_ms
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, 0)
+            assignment = consumer._subscription.subscription.assignment
+
+            def next_wait(handed_out: set[TopicPartition]) -> None:
+                app.consumer._set_active_tps({TP(tp.topic, tp.partition) for tp in handed_out})
+                # what aiokafka's fetcher puts in the FetchRequest it builds next
+                fetcher._get_actions_per_node(assignment)
+                waits.append(fetcher._fetch_max_wait_ms)
+
+            next_wait(set(tps))
+            consumer.pause(tps[1])
+            next_wait(set(tps))
+            next_wait({tps[0]})  # paused, and faust does not hand it out
+            consumer.resume(tps[1])
+            next_wait(set(tps))
+            return before, waits, Settings().source_fetch_max_wait_ms
         finally:
             await consumer.stop()
 
-    before, sent, default = asyncio.run(check())
-    assert before == sent == 70
+    before, waits, default = asyncio.run(check())
+    assert before == 70
+    assert waits == [900, 70, 900, 900]
     assert default < 1500  # faust's value, which held records back up to 1.5 s a cycle
 
 
