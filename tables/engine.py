@@ -465,9 +465,10 @@ class Engine:
                 runs.append((task, fetched_here))
             # The partitions a rebalance brought start together: each opens its producer
             # (a transactional one under exactly_once) and reads its committed offsets.
-            began = {TP(tp.topic, tp.partition): o for tp, o in (starts or {}).items()}
-            ran = await asyncio.gather(*(self._start_or_stall(p, f, began) for p, f in new))
-            runs += [(self.tasks[p], f) for (p, f), now in zip(new, ran, strict=True) if now]
+            if new:
+                began = {TP(tp.topic, tp.partition): o for tp, o in (starts or {}).items()}
+                ran = await asyncio.gather(*(self._start_or_stall(p, f, began) for p, f in new))
+                runs += [(self.tasks[p], f) for (p, f), now in zip(new, ran, strict=True) if now]
             if not runs:
                 return
             await self._commit(await self._run(runs, moved))

@@ -125,7 +125,8 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        #: Per partition, how often the recovery has sought it (counted on this thread).
+        #: Per partition, how often the recovery or the engine's connector has sought
+        #: it (counted on this thread).
         self.seeks: Counter[Any] = Counter()
         #: Per partition of the last fetch, its :func:`fetch_mark` when its records were
         #: handed out. Set on this thread, where the seeks run too.
@@ -168,27 +169,26 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     ) -> Any:
         before = {}
         for tp in active_partitions:
-            state = _partition_state(consumer, tp)
-            if state is not None and state.has_valid_position:
-                before[tp] = (state, int(state.position), self.seeks[tp])
+            mark = fetch_mark(self, tp)
+            if mark[0] is not None and mark[0].has_valid_position:
+                before[tp] = (mark, int(mark[0].position))
         records = await super()._fetch_records(
             consumer, active_partitions, timeout=timeout, max_records=max_records
         )
-        self.fetched_marks = {tp: fetch_mark(self, tp) for tp in records or ()}
+        self.fetched_marks = marks = {tp: fetch_mark(self, tp) for tp in records or ()}
         # aiokafka hands out the records that follow on from a partition's position: the
-        # position before the fetch, unless a seek or a reset moved it meanwhile.
+        # position before the fetch, unless a seek or a new assignment (a new mark) moved
+        # it meanwhile.
         starts = {}
         for tp, batch in (records or {}).items():
             found = before.get(tp)
-            if found is None or not batch:
-                continue
-            state, position, seeks = found
             if (
-                _partition_state(consumer, tp) is state
-                and self.seeks[tp] == seeks
-                and batch[0].offset >= position
+                found is not None
+                and batch
+                and found[0] == marks[tp]
+                and batch[0].offset >= found[1]
             ):
-                starts[tp] = position
+                starts[tp] = found[1]
         self.fetched_starts = starts
         return records
 
@@ -311,10 +311,10 @@ def leaves_out(
     or without a position."""
     buffered = fetcher._records
     for tp in assignment.tps:
-        if handed_out is not None and not handed_out(tp):
-            continue
         state = assignment.state_value(tp)
-        if tp in buffered or state.paused or not state.has_valid_position:
+        left_out = tp in buffered or state.paused or not state.has_valid_position
+        # the predicate last: on every turn of the fetcher's loop, most partitions are in
+        if left_out and (handed_out is None or handed_out(tp)):
             return True
     return False
 
@@ -362,7 +362,8 @@ def consumer_position(consumer: Any, tp: Any) -> int | None:
 
 
 #: Which stretch of a partition's records a fetch belongs to: the consumer's state of the
-#: partition (new at each assignment) and the number of seeks the recovery made on it.
+#: partition (new at each assignment) and the number of seeks made on it (the recovery's
+#: and the engine's connector's).
 FetchMark = tuple[Any, int]
 
 

@@ -307,11 +307,10 @@ def furthest_copies(
             continue
         ranked = []
         for member, offsets in reported.items():
-            mine = [offsets.get(topic, {}).get(partition) for topic in ends]
-            if any(offset is None for offset in mine):
-                continue
-            behind = max(ends[t] - o for t, o in zip(ends, mine, strict=True) if o is not None)
-            ranked.append((behind, member != proposed.get(partition), member))
+            mine = {t: offsets.get(t, {}).get(partition) for t in ends}
+            if None not in mine.values():
+                behind = max(end - (mine[t] or 0) for t, end in ends.items())
+                ranked.append((behind, member != proposed.get(partition), member))
         if ranked:
             found[partition] = min(ranked)[2]
     return found

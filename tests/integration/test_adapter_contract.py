@@ -397,6 +397,7 @@ def test_a_fetch_says_where_its_records_follow_on_from(kafka: LocalKafka) -> Non
     async def check() -> list[tuple[list[int], dict[Any, int]]]:
         thread = create_app(Settings(broker_url=f"kafka://{kafka.bootstrap}")).consumer._thread
         consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False)
+        thread._consumer = consumer  # the thread's own consumer, as once it has started
         await consumer.start()
         seen = []
 
