@@ -155,6 +155,9 @@ class StreamstateApp(EngineApp):
             tables.recovery.standbys_after = api.serving.wait
             # ... and after a rebalance, once the active tasks' first cycle has ended.
             tables.recovery.actives_first = self.engine.next_cycle
+            # Under exactly_once the partitions kept from the last generation need no
+            # read of their changelogs' last commit markers.
+            tables.recovery.stores_epoch = self.engine.stores_epoch
         return deps
 
 

@@ -300,6 +300,8 @@ class Engine:
         self.stalls: dict[int, Stall] = {}
         #: why the engine stopped for good (a store failed), or None
         self.failure: str | None = None
+        #: failed cycles and engine failures (:meth:`stores_epoch`)
+        self._doubts = 0
         self._lock = asyncio.Lock()
         #: tasks kept through a rebalance whose offsets are not yet checked against the
         #: group's committed ones
@@ -317,6 +319,7 @@ class Engine:
 
     def fail(self, reason: str) -> None:
         """Stop processing for good: a store failed (the first reason is kept)."""
+        self._doubts += 1
         if self.failure is not None:
             return
         self.failure = reason
@@ -479,6 +482,14 @@ class Engine:
                 if not waiter.done():
                     waiter.set_result(None)
 
+    def stores_epoch(self) -> int | None:
+        """Under exactly_once, a count that moves whenever a store may have fallen behind
+        what its task had Kafka commit: a cycle whose transaction failed (its commit may
+        have taken effect all the same), or a failure of the engine. While it stays, each
+        store holds every record its task committed, and only a transaction marker
+        follows in its changelog. None under at_least_once."""
+        return self._doubts if self.exactly_once else None
+
     async def next_cycle(self) -> None:
         """Wait until the next cycle that runs a task has committed (its tasks that
         Kafka refused stalled meanwhile); a cycle whose commit fails leaves it waiting
@@ -601,6 +612,7 @@ class Engine:
                     raise
             return written
         except Exception as exc:
+            self._doubts += 1
             # An abort that failed too still says which batches Kafka did not take.
             refused = undelivered_in(exc)
             if refused is not None:

@@ -1260,6 +1260,13 @@ class TrackedRecovery(Recovery):
         #: partitions, at most ``actives_first_wait_s`` (the composition root: the
         #: engine's next cycle)
         self.actives_first: Callable[[], Awaitable[Any]] | None = None
+        #: a count that stays while the active partitions' stores hold every record their
+        #: writer had Kafka commit, with only a transaction marker after it in each
+        #: changelog, else None (the composition root: the engine's ``stores_epoch``)
+        self.stores_epoch: Callable[[], int | None] | None = None
+        #: the generation of the last recovery that completed, its active partitions,
+        #: and ``stores_epoch`` then
+        self._ready: tuple[int, frozenset[Any], int | None] | None = None
 
     async def on_start(self) -> None:
         await super().on_start()
@@ -1301,6 +1308,8 @@ class TrackedRecovery(Recovery):
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         await super().on_recovery_completed(generation_id)
+        epoch = None if self.stores_epoch is None else self.stores_epoch()
+        self._ready = (generation_id, frozenset(self.active_tps), epoch)
         self.recovered.set()
         self.add_future(self._close_parked())
         deferred, self._deferred_standbys = self._deferred_standbys, []
@@ -1570,13 +1579,23 @@ class TrackedRecovery(Recovery):
         what = "bulk restore" if active else "bulk standby copy"
         tables = self._bulk_tables(tps)
         highwaters = {tp: highwaters_of.get(tp) for tp in tables}
-        starts = {}
+        kept = self.kept_partitions() if active else frozenset()
+        starts, skipped = {}, 0
         for tp, table in tables.items():
             held = persisted_offset(table, tp)
             start = None if log_starts is None else log_starts.get(KafkaTP(tp.topic, tp.partition))
             first = max(-1 if held is None else held, -1 if start is None else start - 1)
+            end = highwaters[tp]
+            if tp in kept and held is not None and end is not None and first < end:
+                # Its store holds every record this worker wrote since it restored it:
+                # only transaction markers follow. Recorded without a read.
+                write_run(table.data, tp.partition, (), end)
+                first = end
+                skipped += 1
             starts[tp] = first
             offsets[tp] = first
+        if skipped:
+            logger.info("%s: %d kept partitions end in transaction markers only", what, skipped)
         plan = bulk_plan(starts, highwaters, 1)
         if not plan:
             return
@@ -1649,6 +1668,20 @@ class TrackedRecovery(Recovery):
                 self._bulk_carry = (self._generation_id, self._records_now, self.stats.started_at)
             with contextlib.suppress(Exception):
                 await consumer.stop()
+
+    def kept_partitions(self) -> frozenset[Any]:
+        """The active partitions whose store holds their changelog up to a transaction
+        marker at its end: those this worker held as active in the generation right
+        before this one, once its recovery had completed, while ``stores_epoch`` has not
+        moved since. Under exactly_once only this worker wrote them meanwhile (a new
+        owner's producer fences an old one's), each committed record into its store too."""
+        ready = self._ready
+        if ready is None or self.stores_epoch is None:
+            return frozenset()
+        generation, actives, epoch = ready
+        if epoch is None or self.stores_epoch() != epoch or self._generation_id != generation + 1:
+            return frozenset()
+        return actives
 
     def _set_recovery_started(self) -> None:
         super()._set_recovery_started()

@@ -683,17 +683,34 @@ def test_a_kafka_failure_is_not_a_store_failure() -> None:
     lines(log, TEXTS[:3])
     connector = LogConnector(log, exactly_once=True, fail=[True])
     engine = word_engine(connector, table)
+    epoch = engine.stores_epoch()
     run(engine, connector)
     assert engine.failure is None  # it is tried again; a store failure stops for good
+    # A failed transaction may have committed all the same: the stores may be behind.
+    assert engine.stores_epoch() != epoch
     assert set(engine.stalls) == set(range(PARTITIONS))
     assert not log.topic(table.changelog_topic)
+
+
+@pytest.mark.parametrize("exactly_once", [True, False])
+def test_the_stores_epoch_stays_while_every_cycle_commits(exactly_once: bool) -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    lines(log, TEXTS[:3])
+    connector = LogConnector(log, exactly_once=exactly_once)
+    engine = word_engine(connector, table)
+    epoch = engine.stores_epoch()
+    run(engine, connector)
+    assert log.topic(table.changelog_topic)  # the cycles took effect
+    assert engine.stores_epoch() == epoch == (0 if exactly_once else None)
 
 
 def test_a_failed_engine_keeps_the_first_reason() -> None:
     connector = LogConnector(Log(), exactly_once=True)
     engine = word_engine(connector, MemoryTable(WORD_COUNTS))
     assert engine.failure is None
+    epoch = engine.stores_epoch()
     engine.fail("task 1: the store failed: disk full")
+    assert engine.stores_epoch() != epoch
     engine.fail("a standby's store failed: disk full")
     assert engine.failure == "task 1: the store failed: disk full"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from faust.types import TP
@@ -12,6 +13,7 @@ from faust.types import TP
 from tables.faust_adapter import (
     EngineTable,
     FaustTableStore,
+    TrackedRecovery,
     newer_than_stored,
     persisted_offset,
     tracked_only,
@@ -32,6 +34,29 @@ def test_only_partitions_far_enough_behind_are_read_in_bulk() -> None:
     assert bulk_plan(starts, highwaters, 999) == {A: (0, 10_000), B: (9_001, 10_000)}
     assert bulk_plan({A: 9_999}, {A: 9_999}, 1) == {}
     assert bulk_plan({}, {A: None}, 1) == {}
+
+
+def _recovery(generation: int, ready: tuple[int, frozenset[TP], int | None] | None) -> Any:
+    recovery = TrackedRecovery.__new__(TrackedRecovery)  # its decision only: no service
+    recovery._generation_id = generation
+    recovery._ready = ready
+    recovery.stores_epoch = lambda: 7
+    return recovery
+
+
+def test_partitions_kept_from_the_generation_before_need_no_read_of_their_markers() -> None:
+    actives = frozenset({A, C})
+    assert _recovery(5, (4, actives, 7)).kept_partitions() == actives
+    assert _recovery(5, None).kept_partitions() == frozenset()  # never ready
+    # Out of the group for a generation: another worker may have written them.
+    assert _recovery(6, (4, actives, 7)).kept_partitions() == frozenset()
+    # A transaction failed or a store failed since: a store may be behind.
+    assert _recovery(5, (4, actives, 6)).kept_partitions() == frozenset()
+    # at_least_once: no transaction markers, and nothing assumed.
+    assert _recovery(5, (4, actives, None)).kept_partitions() == frozenset()
+    unwired = _recovery(5, (4, actives, 7))
+    unwired.stores_epoch = None
+    assert unwired.kept_partitions() == frozenset()
 
 
 @dataclass
