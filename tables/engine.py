@@ -316,6 +316,8 @@ class Engine:
         self._discards: set[asyncio.Future[None]] = set()
         #: what waits for the end of the next cycle that runs a task (:meth:`next_cycle`)
         self._cycle_waiters: list[asyncio.Future[None]] = []
+        #: when the last assignment came, until the first cycle under it has committed
+        self._assigned_at: float | None = None
 
     def fail(self, reason: str) -> None:
         """Stop processing for good: a store failed (the first reason is kept)."""
@@ -476,7 +478,20 @@ class Engine:
                 return
             await self._commit(await self._run(runs, moved))
             self.figures.cycles += 1
-            self.figures.cycle_seconds += time.monotonic() - started
+            ended = time.monotonic()
+            self.figures.cycle_seconds += ended - started
+            if self._assigned_at is not None:
+                # How long the partitions wait after a rebalance: to the first fetch that
+                # reaches the engine, and to that cycle's commit.
+                logger.info(
+                    "first cycle after the assignment: %d records of %d partitions, "
+                    "begun %.3f s and committed %.3f s after the assignment",
+                    sum(len(b) for _, batches in runs for b in batches.values()),
+                    len(runs),
+                    started - self._assigned_at,
+                    ended - self._assigned_at,
+                )
+                self._assigned_at = None
             waiters, self._cycle_waiters = self._cycle_waiters, []
             for waiter in waiters:
                 if not waiter.done():
@@ -926,6 +941,7 @@ class Engine:
         it, so a kept task's applied offsets are the partition's last ones: no other
         worker held it in between."""
         async with self._lock:
+            self._assigned_at = time.monotonic()
             gone = {p: task for p, task in self.tasks.items() if p not in partitions}
             for partition in gone:
                 del self.tasks[partition]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -645,6 +646,24 @@ def test_the_first_assignment_reads_the_topics_limits_before_the_first_task_star
     assert asyncio.run(assign_then_start()) == (1, True)
     assert set(engine.tasks) == {0}
     assert connector.limits_read == 1  # the task's start did not read them again
+
+
+def test_the_first_cycle_after_each_assignment_says_how_long_it_waited(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log, tp, connector, engine = words_at_partition_0(exactly_once=False)
+    caplog.set_level(logging.INFO, logger="tables.engine")
+
+    async def two_assignments() -> None:
+        for start in (0, 2):
+            await engine.keep({0})
+            await engine.process({tp: log.records[tp][start : start + 1]}, {tp: start + 1})
+            await engine.process({tp: log.records[tp][start + 1 : start + 2]}, {tp: start + 2})
+
+    asyncio.run(two_assignments())
+    firsts = [r.getMessage() for r in caplog.records if "after the assignment" in r.getMessage()]
+    assert len(firsts) == 2, firsts  # one per assignment, not one per cycle
+    assert all(m.startswith("first cycle after the assignment: 1 records of 1 ") for m in firsts)
 
 
 def test_pipelines_must_declare_the_tables_they_write() -> None:
