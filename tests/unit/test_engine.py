@@ -651,7 +651,7 @@ def test_the_first_assignment_reads_the_topics_limits_before_the_first_task_star
 def test_the_first_cycle_after_each_assignment_says_how_long_it_waited(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    log, tp, connector, engine = words_at_partition_0(exactly_once=False)
+    log, tp, _, engine = words_at_partition_0(exactly_once=False)
     caplog.set_level(logging.INFO, logger="tables.engine")
 
     async def two_assignments() -> None:
