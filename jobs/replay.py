@@ -22,11 +22,12 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, repeat
 from typing import Any, NamedTuple
 
 from sortedcontainers import SortedDict
 
+from core.values import InvalidEvent
 from streams.compile import Plan
 from streams.runtime import Rows, Runner, text_key
 from streams.topology import Node
@@ -200,6 +201,8 @@ class DeferredJoinRunner(Runner):
                 continue
             if rows.index == source.index:
                 positions: Iterable[int] = range(len(rows.index))
+            elif source.index and source.index[-1] == len(source.index) - 1:
+                positions = rows.index  # every source record is a row: index is position
             else:
                 positions = [bisect_left(source.index, i) for i in rows.index]
             joined: Iterable[Any] = rows.keys or () if key_fn is None else map(key_fn, rows.values)
@@ -227,9 +230,16 @@ class DeferredJoinRunner(Runner):
         values: list[Any] = []
         keys: list[bytes | None] = []
         times: list[int] = []
+        stored: dict[bytes | None, bytes | None] = {}
+        # Left records that nothing matched, decided alone: their places in ``values``
+        # and their encoded values, joined with None together once the loop is done.
+        alone: list[int] = []
+        alone_raw: list[bytes] = []
         for join_key, ts, mark, record_key, raw in state.left.rows():
+            out_key = stored.get(record_key)
+            if out_key is None:
+                out_key = stored[record_key] = _stored_key(record_key)
             matched = False
-            out_key = _stored_key(record_key)
             for r_ts, r_mark, r_raw in rights.get(join_key, ()):
                 if window.matches(ts, mark, r_ts, r_mark):
                     matched = True
@@ -239,12 +249,35 @@ class DeferredJoinRunner(Runner):
                         keys.append(out_key)
                         times.append(max(ts, r_ts))
             if left_join and not matched and limit is not None and ts < limit:
-                joined = self._joined(joiner, left_parse(raw, BIG), None)
-                if joined is not _ABSENT:
-                    values.append(joined)
-                    keys.append(out_key)
-                    times.append(ts)
+                alone.append(len(values))
+                alone_raw.append(raw)
+                values.append(None)
+                keys.append(out_key)
+                times.append(ts)
+        if alone:
+            for place, joined in zip(alone, self._alone(joiner, left_node, alone_raw), strict=True):
+                values[place] = joined
+            if self.failed_pairs:
+                kept = [n for n, v in enumerate(values) if v is not _ABSENT]
+                values = [values[n] for n in kept]
+                keys = [keys[n] for n in kept]
+                times = [times[n] for n in kept]
         return Rows(values, keys, times, None, None)
+
+    def _alone(self, joiner: Callable[[Any, Any], Any], side: Node, raws: list[bytes]) -> list[Any]:
+        """``joiner(left, None)`` of each encoded left value, parsed as :meth:`_decide`
+        parses one (``_ABSENT`` where the joiner raised): one pass over the batch when
+        every value parses and no call raises, else one at a time."""
+        parse_many = getattr(side.value_type, "parse_many", None)
+        if parse_many is not None:
+            parsed = parse_many(raws, BIG)
+            if not any(isinstance(value, InvalidEvent) for value in parsed):
+                try:
+                    return list(map(joiner, parsed, repeat(None)))
+                except Exception:
+                    pass
+        parse = side.value_type.parse
+        return [self._joined(joiner, parse(raw, BIG), None) for raw in raws]
 
     def _joined(self, joiner: Callable[[Any, Any], Any], a: Any, b: Any) -> Any:
         """``joiner(a, b)``; a joiner that raises loses that result only (the engine

@@ -278,9 +278,13 @@ class Runner:
         if op == "branch":
             predicates = params["predicates"]
             last = len(predicates)
-            extra[node.id] = [
-                next((n for n, p in enumerate(predicates) if p(v)), last) for v in rows.values
-            ]
+            if last == 1:  # two ways, the common case: one call per value, no generator
+                [first] = predicates
+                extra[node.id] = [0 if first(v) else 1 for v in rows.values]
+            else:
+                extra[node.id] = [
+                    next((n for n, p in enumerate(predicates) if p(v)), last) for v in rows.values
+                ]
             return rows
         if op == "join_global":
             return self._join_global(node, rows)
@@ -753,6 +757,9 @@ def _checked(
     ts_field: str | None = params["timestamp"]
     key_of = None if key_field is None else _getter(parsed, key_field)
     time_of = None if ts_field is None else _getter(parsed, ts_field)
+    quick = _all_valid(record_keys, stamps, parsed, key_of, time_of)
+    if quick is not None:
+        return Rows(list(parsed), list(record_keys), quick, list(range(len(parsed))), topic), []
     values: list[Any] = []
     keys: list[bytes | None] = []
     times: list[int] = []
@@ -782,6 +789,28 @@ def _checked(
         index.append(i)
         times.append(stamp if time_of is None else int(time_of(value)))
     return Rows(values, keys, times, index, topic), refused
+
+
+def _all_valid(
+    record_keys: Sequence[bytes | None],
+    stamps: Sequence[int],
+    parsed: Sequence[Any],
+    key_of: Callable[[Any], Any] | None,
+    time_of: Callable[[Any], Any] | None,
+) -> list[int] | None:
+    """The times of a batch in which every value parsed and every key is its declared
+    field (the common case, checked a column at a time); None when some record must be
+    judged one at a time by :func:`_checked`."""
+    try:
+        if key_of is not None:
+            expected = [str(field).encode("utf-8") for field in map(key_of, parsed)]
+            if expected != list(record_keys):
+                return None
+        elif any(value is None or isinstance(value, InvalidEvent) for value in parsed):
+            return None
+        return list(stamps) if time_of is None else [int(t) for t in map(time_of, parsed)]
+    except Exception:  # a refused or deleted value has no such field: judged one by one
+        return None
 
 
 class Parser:

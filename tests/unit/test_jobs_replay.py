@@ -3,15 +3,18 @@ process over a TestDriver's log gives the tables the engine built."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 import pyarrow as pa
 import pytest
 
 from core.topics import partition_for
 from jobs.declared import declare
-from jobs.plans import REPLAY, plan_job, silent_with
-from jobs.replay import PartitionReplay, Rec
+from jobs.plans import REPLAY, plan_job, plan_of, silent_with
+from jobs.replay import DeferredJoinRunner, PartitionReplay, Rec
 from jobs.tasks import OrderError, SourceTask, new_replay
-from streams import Json, Topology
+from streams import JoinWindow, Json, Topology
 from streams.compile import compile_all
 from streams.loading import collect
 from streams.testing import TestDriver
@@ -139,6 +142,49 @@ def test_a_batch_that_raises_is_applied_record_by_record() -> None:
     sent = b"".join(out.value or b"" for out in replay.outputs)
     assert b'["2",1]' in sent
     assert b'["5",1]' in sent
+
+
+def _joined_or_refused(order: dict[str, Any], payment: dict[str, Any] | None) -> dict[str, Any]:
+    if payment is None and order["n"] % 3 == 0:
+        raise ValueError(f"order {order['n']} must be paid")
+    return {"n": order["n"], "paid": payment is not None}
+
+
+def test_a_left_join_whose_joiner_raises_loses_those_results_only_in_order() -> None:
+    topology = Topology("t")
+    orders = topology.source("orders", Json, key="shop", timestamp="ts")
+    paid = topology.source("paid", Json, key="shop", timestamp="ts")
+    window = JoinWindow(before_ms=0, after_ms=100, left_grace_ms=0, right_grace_ms=0)
+    orders.join(
+        paid,
+        _joined_or_refused,
+        how="left",
+        key=lambda o: str(o["n"]),
+        other_key=lambda p: str(p["order"]),
+        window=window,
+        name="j",
+    ).to("out")
+    context = Context(partitions=1, max_event_bytes=1024, window_retention_ms=1)
+    [pipeline] = collect(*compile_all([topology], context)).pipelines
+    plan = plan_of(pipeline)
+    assert plan is not None
+    runner = DeferredJoinRunner(plan)
+    replay = PartitionReplay(0, [pipeline], keep={"out"}, processes={pipeline.name: runner})
+
+    def rec(topic: str, offset: int, value: dict[str, Any]) -> Rec:
+        return Rec(topic, 0, offset, b"s", orjson.dumps({"shop": "s", **value}), value["ts"])
+
+    orders_in = [rec("orders", n, {"n": n, "ts": n * 10}) for n in range(30)]
+    orders_in.append(rec("orders", 30, {"n": 100, "ts": 10_000}))
+    paid_in = [rec("paid", 0, {"order": 4, "ts": 45}), rec("paid", 1, {"order": -1, "ts": 10_000})]
+    replay.cycle({"orders": orders_in[:12]})
+    replay.cycle({"orders": orders_in[12:], "paid": paid_in})
+    replay.finish()
+    sent = [orjson.loads(out.value or b"null") for out in replay.outputs if out.topic == "out"]
+    assert sent == [{"n": n, "paid": n == 4} for n in range(30) if n == 4 or n % 3], (
+        "every order decided, in order, except those whose joiner raised"
+    )
+    assert runner.failed_pairs == 10
 
 
 def test_plan_kinds_decide_each_pipelines_parallelism() -> None:
