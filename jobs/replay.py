@@ -207,8 +207,8 @@ class DeferredJoinRunner(Runner):
                 positions = [bisect_left(source.index, i) for i in rows.index]
             joined: Iterable[Any] = rows.keys or () if key_fn is None else map(key_fn, rows.values)
             into.join_keys += map(text_key, joined)
-            into.times += [source.times[p] for p in positions]
-            into.marks += [marks[p] for p in positions]
+            into.times += map(source.times.__getitem__, positions)
+            into.marks += map(marks.__getitem__, positions)
             into.keys += rows.keys or [None] * len(rows.values)
             into.values += map(side_node.value_type.encode, rows.values)
         return Rows([], [], [], None, None)

@@ -313,7 +313,7 @@ class Runner:
         table = self.context.global_tables[params["table"].name]
         assert rows.times is not None
         keys = list(map(params["key"], rows.values))
-        found = [table.get(k, t) for k, t in zip(keys, rows.times, strict=True)]
+        found = list(map(table.get, keys, rows.times))
         joiner = params["joiner"]
         if params["how"] == "inner":
             mask = [f is not None for f in found]
@@ -803,12 +803,13 @@ def _all_valid(
     judged one at a time by :func:`_checked`."""
     try:
         if key_of is not None:
-            expected = [str(field).encode("utf-8") for field in map(key_of, parsed)]
+            # map over C functions only: no Python frame per record
+            expected = list(map(str.encode, map(str, map(key_of, parsed))))
             if expected != list(record_keys):
                 return None
         elif any(value is None or isinstance(value, InvalidEvent) for value in parsed):
             return None
-        return list(stamps) if time_of is None else [int(t) for t in map(time_of, parsed)]
+        return list(stamps) if time_of is None else list(map(int, map(time_of, parsed)))
     except Exception:  # a refused or deleted value has no such field: judged one by one
         return None
 
