@@ -22,7 +22,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, repeat
+from itertools import accumulate, compress, repeat
 from typing import Any, NamedTuple
 
 from sortedcontainers import SortedDict
@@ -226,34 +226,49 @@ class DeferredJoinRunner(Runner):
         for join_key, ts, mark, _key, raw in state.right.rows():
             rights.setdefault(join_key, []).append((ts, mark, raw))
         limit = window.left_limit(state.left.mark, state.right.mark)
-        left_join = params["how"] == "left"
+        decides_alone = params["how"] == "left" and limit is not None
+        left = state.left
+        stored = {key: _stored_key(key) for key in set(left.keys)}
+        out_keys = list(map(stored.__getitem__, left.keys))
         values: list[Any] = []
         keys: list[bytes | None] = []
         times: list[int] = []
-        stored: dict[bytes | None, bytes | None] = {}
         # Left records that nothing matched, decided alone: their places in ``values``
         # and their encoded values, joined with None together once the loop is done.
         alone: list[int] = []
         alone_raw: list[bytes] = []
-        for join_key, ts, mark, record_key, raw in state.left.rows():
-            out_key = stored.get(record_key)
-            if out_key is None:
-                out_key = stored[record_key] = _stored_key(record_key)
+
+        def decide_alone(begin: int, end: int) -> None:
+            """The left records in [begin, end), none with a right of its join key."""
+            if not decides_alone or begin >= end:
+                return
+            mine = left.times[begin:end]
+            picked = list(compress(range(begin, end), [ts < limit for ts in mine]))
+            alone.extend(range(len(values), len(values) + len(picked)))
+            alone_raw.extend(map(left.values.__getitem__, picked))
+            values.extend(repeat(None, len(picked)))
+            keys.extend(map(out_keys.__getitem__, picked))
+            times.extend(map(left.times.__getitem__, picked))
+
+        # Only the left records with a right of their join key are looked at one by
+        # one; the runs between them are decided a column at a time.
+        begin = 0
+        for i in compress(range(len(left.join_keys)), map(rights.__contains__, left.join_keys)):
+            decide_alone(begin, i)
+            begin = i + 1
+            ts, mark, raw = left.times[i], left.marks[i], left.values[i]
             matched = False
-            for r_ts, r_mark, r_raw in rights.get(join_key, ()):
+            for r_ts, r_mark, r_raw in rights[left.join_keys[i]]:
                 if window.matches(ts, mark, r_ts, r_mark):
                     matched = True
                     joined = self._joined(joiner, left_parse(raw, BIG), right_parse(r_raw, BIG))
                     if joined is not _ABSENT:
                         values.append(joined)
-                        keys.append(out_key)
+                        keys.append(out_keys[i])
                         times.append(max(ts, r_ts))
-            if left_join and not matched and limit is not None and ts < limit:
-                alone.append(len(values))
-                alone_raw.append(raw)
-                values.append(None)
-                keys.append(out_key)
-                times.append(ts)
+            if not matched:
+                decide_alone(i, i + 1)
+        decide_alone(begin, len(left.join_keys))
         if alone:
             for place, joined in zip(alone, self._alone(joiner, left_node, alone_raw), strict=True):
                 values[place] = joined
