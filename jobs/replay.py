@@ -226,7 +226,8 @@ class DeferredJoinRunner(Runner):
         for join_key, ts, mark, _key, raw in state.right.rows():
             rights.setdefault(join_key, []).append((ts, mark, raw))
         limit = window.left_limit(state.left.mark, state.right.mark)
-        decides_alone = params["how"] == "left" and limit is not None
+        # A left join decides a left record alone once event time passed ``horizon``.
+        horizon = limit if params["how"] == "left" else None
         left = state.left
         stored = {key: _stored_key(key) for key in set(left.keys)}
         out_keys = list(map(stored.__getitem__, left.keys))
@@ -240,10 +241,10 @@ class DeferredJoinRunner(Runner):
 
         def decide_alone(begin: int, end: int) -> None:
             """The left records in [begin, end), none with a right of its join key."""
-            if not decides_alone or begin >= end:
+            if horizon is None or begin >= end:
                 return
             mine = left.times[begin:end]
-            picked = list(compress(range(begin, end), [ts < limit for ts in mine]))
+            picked = list(compress(range(begin, end), [ts < horizon for ts in mine]))
             alone.extend(range(len(values), len(values) + len(picked)))
             alone_raw.extend(map(left.values.__getitem__, picked))
             values.extend(repeat(None, len(picked)))
