@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -18,7 +19,7 @@ from msgspec import Meta, Struct
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from core.topics import TopicSpec, topic_specs
-from core.values import DEFAULT_MAX_BYTES, Model, parse_model
+from core.values import DEFAULT_MAX_BYTES, InvalidEvent, Model, parse_model, unreadable
 
 TEXT_LINES = "text-lines"
 ITEM_EVENTS = "item-events"
@@ -192,6 +193,63 @@ def read_item_event(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> St
     )
 
 
+def read_item_events(raws: Sequence[bytes | None], max_bytes: int) -> list[Any]:
+    """:func:`read_item_event` of each value of a batch (an :class:`InvalidEvent` in the
+    place of each it refuses): msgspec over the whole batch in one call when every value
+    decodes, the rules checked per event, and one at a time otherwise."""
+    events = _decoded(_ITEMS, raws, max_bytes)
+    if events is None:
+        return _each(read_item_event, raws, max_bytes)
+    for n, (event, raw) in enumerate(zip(events, raws, strict=True)):
+        quantity, kind = event.quantity, event.kind
+        if (
+            (quantity <= 0 and kind != "adjust")
+            or quantity == 0
+            or (kind == "sale" and event.unit_price is None)
+        ):
+            events[n] = _each(read_item_event, [raw], max_bytes)[0]
+        else:
+            event.json = raw
+    return events
+
+
+def read_payments(raws: Sequence[bytes | None], max_bytes: int) -> list[Any]:
+    """:func:`read_payment` of each value of a batch (as :func:`read_item_events`)."""
+    payments = _decoded(_PAYMENTS, raws, max_bytes)
+    if payments is None:
+        return _each(read_payment, raws, max_bytes)
+    for payment, raw in zip(payments, raws, strict=True):
+        payment.json = raw
+    return payments
+
+
+def _decoded(
+    decoder: msgspec.json.Decoder[Any], raws: Sequence[bytes | None], max_bytes: int
+) -> list[Any] | None:
+    """Every value decoded, or None when one is null, too large or not read by msgspec
+    (it must then be judged on its own)."""
+    try:
+        if max(map(len, raws), default=0) > max_bytes:  # type: ignore[arg-type]
+            return None
+        return list(map(decoder.decode, raws))  # type: ignore[arg-type]
+    except (msgspec.DecodeError, ValueError, RecursionError, TypeError):  # TypeError: null
+        return None
+
+
+def _each(
+    read: Callable[[bytes | None, int], Any], raws: Sequence[bytes | None], max_bytes: int
+) -> list[Any]:
+    found: list[Any] = []
+    for raw in raws:
+        try:
+            found.append(read(raw, max_bytes))
+        except InvalidEvent as error:
+            found.append(error)
+        except Exception as error:  # as Model.parse_many takes a reader's failure
+            found.append(unreadable(error))
+    return found
+
+
 def read_payment(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> PaymentEvent:
     """The validation of :class:`Payment` for the stream's hot path (as
     :func:`read_item_event`)."""
@@ -212,7 +270,9 @@ def read_payment(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> Payme
 
 
 ITEM_EVENT: Model[StoreEvent] = Model(
-    ItemEvent, reader=read_item_event, writer=lambda event: event.json
+    ItemEvent, reader=read_item_event, writer=lambda event: event.json, many=read_item_events
 )
-PAYMENT: Model[PaymentEvent] = Model(Payment, reader=read_payment, writer=lambda p: p.json)
+PAYMENT: Model[PaymentEvent] = Model(
+    Payment, reader=read_payment, writer=lambda p: p.json, many=read_payments
+)
 PRODUCT: Model[Product] = Model(Product)

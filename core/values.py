@@ -233,12 +233,15 @@ class Model(Generic[T]):
     ``parse`` may be given as a faster reader with the same verdicts (and the same
     reasons) as the model's validation; its values are what the steps receive.
     ``encode`` writes such a value back as record bytes (default: the model's JSON).
+    ``many`` may read a whole batch at once: what ``reader`` gives for each value, an
+    :class:`InvalidEvent` in the place of each it refuses.
     """
 
     model: type[BaseModel]
     reader: Callable[[bytes | None, int], T] | None = None
     writer: Callable[[Any], bytes] | None = None
     name: str = field(default="")
+    many: Callable[[Sequence[bytes | None], int], list[Any]] | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -258,6 +261,18 @@ class Model(Generic[T]):
     def parse_many(self, raws: Sequence[bytes | None], max_bytes: int) -> list[Any]:
         """:meth:`parse` of each value, an :class:`InvalidEvent` in the place of each it
         refuses (one loop for the batch: no call per value beyond the reader's)."""
+        if self.many is not None:
+            try:
+                batch = self.many(raws, max_bytes)
+            except Exception:  # each value is then judged by the reader, one at a time
+                batch = None
+            if batch is not None:
+                if len(batch) != len(raws):
+                    raise ValueError(
+                        f"{self.name}: its batch reader gave {len(batch)} values for "
+                        f"{len(raws)} records"
+                    )
+                return batch
         read = self.reader
         if read is None:
             return parse_each(self.parse, raws, max_bytes)

@@ -3,6 +3,7 @@ windows, and the fast readers that must agree with the schemas."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -22,7 +23,9 @@ from agents.schemas import (
     Payment,
     Product,
     read_item_event,
+    read_item_events,
     read_payment,
+    read_payments,
 )
 from agents.words import tokenize, tokenize_bytes
 from core.values import InvalidEvent, Text, check_key, parse_model
@@ -277,6 +280,91 @@ def test_read_payment_agrees_with_the_schema(overrides: dict[str, object], drop:
         assert fast == schema
     else:
         assert fields_of(fast[1]) == schema[1].model_dump()
+
+
+def _one_by_one(read: Any, raws: list[bytes | None], max_bytes: int) -> list[Any]:
+    found: list[Any] = []
+    for raw in raws:
+        try:
+            found.append(read(raw, max_bytes))
+        except InvalidEvent as error:
+            found.append(error.reason)
+    return found
+
+
+def _reasons(values: list[Any]) -> list[Any]:
+    return [v.reason if isinstance(v, InvalidEvent) else v for v in values]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    batch=st.lists(
+        st.tuples(
+            _mutations(["event_id", "store_id", "kind", "quantity", "unit_price"]),
+            st.lists(st.sampled_from(["unit_price", "ts"]), max_size=1),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    odd=st.sampled_from([None, b"{not json", b"x" * 400, b'{"event_id": "\xff"}']),
+    at=st.integers(min_value=0, max_value=6),
+)
+def test_a_batch_of_item_events_reads_as_each_read_alone(
+    batch: list[tuple[dict[str, object], list[str]]], odd: bytes | None, at: int
+) -> None:
+    """The batch reader gives each record the value or the reason it gets alone: valid
+    batches, batches with a refused event, a null, an oversize or an unreadable record."""
+    raws: list[bytes | None] = [_json({**sale(), **fields}, drop, None) for fields, drop in batch]
+    for candidate in (list(raws), [*raws[:at], odd, *raws[at:]]):
+        assert _reasons(read_item_events(candidate, 300)) == _one_by_one(
+            read_item_event, candidate, 300
+        )
+        assert _reasons(ITEM_EVENT.parse_many(candidate, 300)) == _one_by_one(
+            read_item_event, candidate, 300
+        )
+
+
+def test_a_batch_refuses_each_event_the_rules_refuse_and_keeps_the_others() -> None:
+    cases = [
+        sale(),
+        sale(kind="adjust", quantity=0),
+        sale(kind="adjust", quantity=-2),
+        sale(quantity=0),
+        sale(kind="restock", quantity=-4),
+        sale(unit_price=None),
+        sale(kind="restock", quantity=3, unit_price=None),
+    ]
+    raws: list[bytes | None] = [orjson.dumps(case) for case in cases]
+    read = _reasons(read_item_events(raws, 1000))
+    assert read == _one_by_one(read_item_event, raws, 1000)
+    assert [isinstance(value, str) for value in read] == [
+        False, True, False, True, True, True, False
+    ]  # fmt: skip
+    assert [event.json for event in read if not isinstance(event, str)] == [
+        raws[0], raws[2], raws[6]
+    ]  # fmt: skip
+
+
+def test_a_batch_of_payments_reads_as_each_read_alone() -> None:
+    paid = {"payment_id": "p", "sale_event_id": "e", "store_id": "s", "amount": 2.5, "ts": 1}
+    raws: list[bytes | None] = [orjson.dumps({**paid, "payment_id": f"p{n}"}) for n in range(4)]
+    for candidate in (raws, [*raws, None], [*raws, orjson.dumps({**paid, "amount": -1})]):
+        assert _reasons(read_payments(candidate, 1000)) == _one_by_one(
+            read_payment, candidate, 1000
+        )
+    assert [p.json for p in read_payments(raws, 1000)] == raws
+
+
+def test_a_batch_reader_that_fails_leaves_each_value_to_the_reader() -> None:
+    def broken(raws: Any, max_bytes: int) -> list[Any]:
+        raise RuntimeError("batch reader bug")
+
+    raws: list[bytes | None] = [orjson.dumps(sale()), b"{not json"]
+    failing = dataclasses.replace(ITEM_EVENT, many=broken)
+    assert _reasons(failing.parse_many(raws, 1000)) == _one_by_one(read_item_event, raws, 1000)
+    short = dataclasses.replace(ITEM_EVENT, many=lambda raws, max_bytes: [])
+    with pytest.raises(ValueError, match="gave 0 values for 2 records"):
+        short.parse_many(raws, 1000)
 
 
 def test_read_item_event_keeps_the_record_as_sent() -> None:
