@@ -230,7 +230,6 @@ class DeferredJoinRunner(Runner):
         horizon = limit if params["how"] == "left" else None
         left = state.left
         stored = {key: _stored_key(key) for key in set(left.keys)}
-        out_keys = list(map(stored.__getitem__, left.keys))
         values: list[Any] = []
         keys: list[bytes | None] = []
         times: list[int] = []
@@ -248,7 +247,7 @@ class DeferredJoinRunner(Runner):
             alone.extend(range(len(values), len(values) + len(picked)))
             alone_raw.extend(map(left.values.__getitem__, picked))
             values.extend(repeat(None, len(picked)))
-            keys.extend(map(out_keys.__getitem__, picked))
+            keys.extend(map(stored.__getitem__, map(left.keys.__getitem__, picked)))
             times.extend(map(left.times.__getitem__, picked))
 
         # Only the left records with a right of their join key are looked at one by
@@ -265,7 +264,7 @@ class DeferredJoinRunner(Runner):
                     joined = self._joined(joiner, left_parse(raw, BIG), right_parse(r_raw, BIG))
                     if joined is not _ABSENT:
                         values.append(joined)
-                        keys.append(out_keys[i])
+                        keys.append(stored[left.keys[i]])
                         times.append(max(ts, r_ts))
             if not matched:
                 decide_alone(i, i + 1)
