@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -19,7 +19,7 @@ from msgspec import Meta, Struct
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from core.topics import TopicSpec, topic_specs
-from core.values import DEFAULT_MAX_BYTES, InvalidEvent, Model, parse_model, unreadable
+from core.values import DEFAULT_MAX_BYTES, Model, parse_model, read_each
 
 TEXT_LINES = "text-lines"
 ITEM_EVENTS = "item-events"
@@ -199,7 +199,7 @@ def read_item_events(raws: Sequence[bytes | None], max_bytes: int) -> list[Any]:
     decodes, the rules checked per event, and one at a time otherwise."""
     events = _decoded(_ITEMS, raws, max_bytes)
     if events is None:
-        return _each(read_item_event, raws, max_bytes)
+        return read_each(read_item_event, raws, max_bytes)
     for n, (event, raw) in enumerate(zip(events, raws, strict=True)):
         quantity, kind = event.quantity, event.kind
         if (
@@ -207,7 +207,7 @@ def read_item_events(raws: Sequence[bytes | None], max_bytes: int) -> list[Any]:
             or quantity == 0
             or (kind == "sale" and event.unit_price is None)
         ):
-            events[n] = _each(read_item_event, [raw], max_bytes)[0]
+            events[n] = read_each(read_item_event, [raw], max_bytes)[0]
         else:
             event.json = raw
     return events
@@ -217,7 +217,7 @@ def read_payments(raws: Sequence[bytes | None], max_bytes: int) -> list[Any]:
     """:func:`read_payment` of each value of a batch (as :func:`read_item_events`)."""
     payments = _decoded(_PAYMENTS, raws, max_bytes)
     if payments is None:
-        return _each(read_payment, raws, max_bytes)
+        return read_each(read_payment, raws, max_bytes)
     for payment, raw in zip(payments, raws, strict=True):
         payment.json = raw
     return payments
@@ -234,20 +234,6 @@ def _decoded(
         return list(map(decoder.decode, raws))  # type: ignore[arg-type]
     except (msgspec.DecodeError, ValueError, RecursionError, TypeError):  # TypeError: null
         return None
-
-
-def _each(
-    read: Callable[[bytes | None, int], Any], raws: Sequence[bytes | None], max_bytes: int
-) -> list[Any]:
-    found: list[Any] = []
-    for raw in raws:
-        try:
-            found.append(read(raw, max_bytes))
-        except InvalidEvent as error:
-            found.append(error)
-        except Exception as error:  # as Model.parse_many takes a reader's failure
-            found.append(unreadable(error))
-    return found
 
 
 def read_payment(raw: bytes | None, max_bytes: int = DEFAULT_MAX_BYTES) -> PaymentEvent:

@@ -226,6 +226,23 @@ def unreadable(error: Exception) -> InvalidEvent:
     return InvalidEvent(f"value: cannot be read: {type(error).__name__}: {error}"[:500])
 
 
+def read_each(
+    read: Callable[[bytes | None, int], Any], raws: Sequence[bytes | None], max_bytes: int
+) -> list[Any]:
+    """A reader's value of each record (see :class:`Model`), an :class:`InvalidEvent` in
+    the place of each it refuses or fails on: what it raises is its verdict."""
+    found: list[Any] = []
+    append = found.append
+    for raw in raws:
+        try:
+            append(read(raw, max_bytes))
+        except InvalidEvent as error:
+            append(error)
+        except Exception as error:
+            append(unreadable(error))
+    return found
+
+
 @dataclass(frozen=True)
 class Model(Generic[T]):
     """JSON validated by a pydantic model.
@@ -273,19 +290,9 @@ class Model(Generic[T]):
                         f"{len(raws)} records"
                     )
                 return batch
-        read = self.reader
-        if read is None:
+        if self.reader is None:
             return parse_each(self.parse, raws, max_bytes)
-        found: list[Any] = []
-        append = found.append
-        for raw in raws:
-            try:
-                append(read(raw, max_bytes))
-            except InvalidEvent as error:
-                append(error)
-            except Exception as error:
-                append(unreadable(error))
-        return found
+        return read_each(self.reader, raws, max_bytes)
 
     def encode(self, value: Any) -> bytes:
         if self.writer is not None:
