@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from chaos.env import crashes, group, scan, workdir
+from chaos.lag import LagMonitor
 from chaos.workload import Workload
 from tests.support.kafka import LocalKafka
 from tests.support.kafka_io import changelog_records, produce
@@ -27,7 +28,15 @@ def run(kafka: LocalKafka, lines: int = 1000, events: int = 400) -> dict[str, An
         worker = members.add("w0")
         worker.wait_ready(240)
         started = time.monotonic()
-        _produce(kafka, workload, lines, events)
+        monitor = LagMonitor(kafka.bootstrap, interval=0.5).start()
+        try:
+            _produce(kafka, workload, lines, events)
+            # A quiet spell of the tables alone is not enough: on a loaded machine the
+            # worker's first cycle can come later than that.
+            if monitor.wait_caught_up(600.0, since=time.monotonic()) is None:
+                raise TimeoutError("the group never consumed what was produced")
+        finally:
+            monitor.stop()
         _wait_stable(worker)
         processed_s = time.monotonic() - started
         before = {t: scan(worker, t) for t in TABLES}
