@@ -801,16 +801,18 @@ def _all_valid(
     """The times of a batch in which every value parsed and every key is its declared
     field (the common case, checked a column at a time); None when some record must be
     judged one at a time by :func:`_checked`."""
+    # map over C functions only: no Python frame per record
+    if any(map(operator.is_, parsed, repeat(None))) or any(
+        map(isinstance, parsed, repeat(InvalidEvent))
+    ):
+        return None
     try:
         if key_of is not None:
-            # map over C functions only: no Python frame per record
             expected = list(map(str.encode, map(str, map(key_of, parsed))))
             if expected != list(record_keys):
                 return None
-        elif any(value is None or isinstance(value, InvalidEvent) for value in parsed):
-            return None
         return list(stamps) if time_of is None else list(map(int, map(time_of, parsed)))
-    except Exception:  # a refused or deleted value has no such field: judged one by one
+    except Exception:  # a value without such a field: judged one by one
         return None
 
 
