@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -25,6 +26,11 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 M = TypeVar("M", bound=BaseModel)
+
+logger = logging.getLogger(__name__)
+
+#: The value types whose batch reader raised: each is logged as a warning the first time.
+_BATCH_READERS_FAILED: set[str] = set()
 
 #: Largest accepted record value by default, in bytes.
 DEFAULT_MAX_BYTES = 64 * 1024
@@ -226,6 +232,22 @@ def unreadable(error: Exception) -> InvalidEvent:
     return InvalidEvent(f"value: cannot be read: {type(error).__name__}: {error}"[:500])
 
 
+def batch_reader_failed(name: str, records: int, error: Exception) -> None:
+    """Log that the batch reader of value type ``name`` raised: as a warning the first
+    time, then at debug level (a reader that fails on every batch would flood the log)."""
+    first = name not in _BATCH_READERS_FAILED
+    _BATCH_READERS_FAILED.add(name)
+    logger.log(
+        logging.WARNING if first else logging.DEBUG,
+        "%s: the batch reader raised on %d records (%s: %s); each record is read alone%s",
+        name,
+        records,
+        type(error).__name__,
+        error,
+        "; later failures are logged at debug level" if first else "",
+    )
+
+
 def read_each(
     read: Callable[[bytes | None, int], Any], raws: Sequence[bytes | None], max_bytes: int
 ) -> list[Any]:
@@ -281,7 +303,8 @@ class Model(Generic[T]):
         if self.many is not None:
             try:
                 batch = self.many(raws, max_bytes)
-            except Exception:  # each value is then judged by the reader, one at a time
+            except Exception as error:  # each value is then judged by the reader, one at a time
+                batch_reader_failed(self.name, len(raws), error)
                 batch = None
             if batch is not None:
                 if len(batch) != len(raws):

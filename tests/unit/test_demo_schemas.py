@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 from typing import Any
 
@@ -355,13 +356,23 @@ def test_a_batch_of_payments_reads_as_each_read_alone() -> None:
     assert [p.json for p in read_payments(raws, 1000)] == raws
 
 
-def test_a_batch_reader_that_fails_leaves_each_value_to_the_reader() -> None:
+def test_a_batch_reader_that_fails_leaves_each_value_to_the_reader(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     def broken(raws: Any, max_bytes: int) -> list[Any]:
         raise RuntimeError("batch reader bug")
 
     raws: list[bytes | None] = [orjson.dumps(sale()), b"{not json"]
-    failing = dataclasses.replace(ITEM_EVENT, many=broken)
-    assert _reasons(failing.parse_many(raws, 1000)) == _one_by_one(read_item_event, raws, 1000)
+    failing = dataclasses.replace(ITEM_EVENT, many=broken, name="BrokenItemEvent")
+    with caplog.at_level(logging.DEBUG, logger="core.values"):
+        for _ in range(2):
+            found = failing.parse_many(raws, 1000)
+            assert _reasons(found) == _one_by_one(read_item_event, raws, 1000)
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "core.values"]
+    assert [level for level, _ in said] == [logging.WARNING, logging.DEBUG]
+    assert "BrokenItemEvent: the batch reader raised on 2 records" in said[0][1]
+    assert "RuntimeError: batch reader bug" in said[0][1]
+    assert "later failures are logged at debug level" in said[0][1]
     short = dataclasses.replace(ITEM_EVENT, many=lambda raws, max_bytes: [])
     with pytest.raises(ValueError, match="gave 0 values for 2 records"):
         short.parse_many(raws, 1000)
