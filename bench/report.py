@@ -43,6 +43,8 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "load_generator",
         "standby_catch_up_s",
         "standby_records",
+        "machine_slow_pct",
+        "machine_longest_slow_ms",
     ),
     "consistency": (
         "ryw_p50_ms",
@@ -127,6 +129,8 @@ ROWS = (
     Row("iq", "load_generator", "key reads measured by", ""),
     Row("iq", "standby_catch_up_s", "second worker's standbys caught up, from its start", "s"),
     Row("iq", "standby_records", "changelog records its standbys applied", "records"),
+    Row("iq", "machine_slow_pct", "idle machine: 10-ms windows at under half speed", "%"),
+    Row("iq", "machine_longest_slow_ms", "idle machine: longest run of slow windows", "ms"),
     Row("consistency", "ryw_p99_ms", "read your writes, p99", "ms", None, 100.0, "<="),
     Row("consistency", "ryw_p50_ms", "read your writes, p50", "ms"),
     Row("consistency", "ryw_words_p99_ms", "read your writes through a repartition, p99", "ms"),

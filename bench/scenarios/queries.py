@@ -112,6 +112,18 @@ def standby_catch_up(worker: Worker, timeout: float) -> dict[str, Any]:
     return {"seconds": None, "records": None, "copies": None}
 
 
+def machine_steadiness(duration_s: float, work: Path) -> dict[str, Any]:
+    """:mod:`bench.hiccups` in its own process: how steadily one core of this machine
+    runs a bare compute loop, with the workers idle."""
+    status, out, _ = run_module(
+        "bench.hiccups", [str(duration_s)], timeout=duration_s + 60, log=work / "hiccups.log"
+    )
+    if status != 0:
+        raise RuntimeError(f"bench.hiccups exited {status}; see {work / 'hiccups.log'}")
+    found: dict[str, Any] = orjson.loads(out.strip().splitlines()[-1])
+    return found
+
+
 def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome, list[str]]:
     """Both workers ready; returns the outcome and the keys ``b`` owns."""
     caught_up = standby_catch_up(b, sizes.restore_timeout_s)
@@ -119,6 +131,7 @@ def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome
     sample = [data.counter_key(n) for n in range(0, sizes.restore_keys, step)]
     owners = wait_two_owners(a, b, sample, timeout=120)
     local, routed = owners[a.url], owners[b.url]
+    steadiness = machine_steadiness(min(10.0, sizes.iq_duration_s / 3), work)
     local_run = load(a, local, sizes, work, "local")
     routed_run = load(a, routed, sizes, work, "routed")
     figures = {
@@ -129,6 +142,8 @@ def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome
         "load_generator": local_run["tool"],
         "standby_catch_up_s": caught_up["seconds"],
         "standby_records": caught_up["records"],
+        "machine_slow_pct": round(100 * steadiness["slow_share"], 2),
+        "machine_longest_slow_ms": steadiness["longest_slow_ms"],
     }
     notes = [
         f"Two workers, {TABLE} with {sizes.restore_keys:,} keys; {len(local)} local and "
@@ -142,6 +157,16 @@ def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome
         f"{routed_run['failed']}"
         + (f"; replicas seen routed: {routed_run['replicas']}." if routed_run["replicas"] else "."),
     ]
+    notes.append(
+        f"The machine's own steadiness, just before the reads, with both workers idle "
+        f"(`python -m bench.hiccups`, a bare compute loop pinned to core "
+        f"{steadiness['core']}, counted in {steadiness['windows']} windows of "
+        f"{steadiness['window_ms']:.0f} ms): {steadiness['slow_share']:.1%} of the windows "
+        f"ran at under half the median speed, in {steadiness['slow_runs_per_s']:.1f} runs "
+        f"a second, the longest {steadiness['longest_slow_ms']:.0f} ms. A read in flight "
+        "during such a run waits for it whatever the server does: where the slow windows "
+        "cover more than 1% of the time, they set a floor under the p99."
+    )
     if caught_up["seconds"] is None:
         notes.append("The second worker's standby copies did not catch up in time.")
     else:
@@ -150,7 +175,12 @@ def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome
             f"{caught_up['records']:,} changelog records and reached the changelog's end "
             f"{caught_up['seconds']:.1f} s after its start (its own report)."
         )
-    details = {"local": local_run, "routed": routed_run, "standby_catch_up": caught_up}
+    details = {
+        "local": local_run,
+        "routed": routed_run,
+        "standby_catch_up": caught_up,
+        "machine_steadiness": steadiness,
+    }
     return Outcome(figures, notes, details), routed
 
 

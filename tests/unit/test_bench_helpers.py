@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import machine, report
+from bench import hiccups, machine, report
 from bench.progress import processed
 from bench.scenarios.restore import restores_in
 from bench.scenarios.runs import median_run
@@ -66,6 +66,8 @@ def test_summary_has_exactly_the_schema_keys() -> None:
         "load_generator": None,
         "standby_catch_up_s": None,
         "standby_records": None,
+        "machine_slow_pct": None,
+        "machine_longest_slow_ms": None,
     }
     assert list(summary) == ["machine", *report.SCHEMA]
 
@@ -157,3 +159,28 @@ def test_steal_is_read_from_proc_stat_and_shared_over_all_ticks(tmp_path: Path) 
     assert machine.cpu_ticks(str(stat)) is None
     assert machine.cpu_ticks(str(tmp_path / "absent")) is None
     assert "Steal time over the run: 6.2%" in report.machine_line({"steal_share": 0.0625})
+
+
+def test_machine_steadiness_counts_slow_windows_and_their_runs() -> None:
+    # 20 windows of 10 ms; the median is 100 units; three windows under 50 form two runs.
+    counts = [100] * 20
+    counts[3] = 49
+    counts[10] = counts[11] = 10
+    counts[12] = 50  # half the median is not slow
+    found = hiccups.summarize(counts)
+    assert found["median_units"] == 100
+    assert found["slow_share"] == pytest.approx(3 / 20)
+    assert found["longest_slow_ms"] == pytest.approx(20.0)
+    assert found["slow_runs_per_s"] == pytest.approx(2 / 0.2)
+    steady = hiccups.summarize([7] * 50)
+    assert steady["slow_share"] == 0
+    assert steady["longest_slow_ms"] == 0
+    assert steady["slow_runs_per_s"] == 0
+    with pytest.raises(ValueError, match="no window"):
+        hiccups.summarize([])
+
+
+def test_a_compute_loop_counts_units_in_every_window() -> None:
+    counts = hiccups.units_per_window(0.05, window_s=0.01)
+    assert len(counts) == 5
+    assert all(count > 0 for count in counts)
