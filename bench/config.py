@@ -35,6 +35,8 @@ class Sizes:
     failover_keys: int
     batch_events: int
     batch_timeout_s: float
+    #: Rounds of (bare count, recompute), run alternately; the fastest of each is compared.
+    batch_rounds: int
 
     def scaled(self, factor: float) -> Sizes:
         """Counts multiplied by ``factor`` (durations unchanged)."""
@@ -65,6 +67,7 @@ FULL = Sizes(
     failover_keys=200,
     batch_events=10_000_000,
     batch_timeout_s=900.0,
+    batch_rounds=2,
 )
 
 QUICK = Sizes(
@@ -82,6 +85,7 @@ QUICK = Sizes(
     failover_keys=50,
     batch_events=100_000,
     batch_timeout_s=300.0,
+    batch_rounds=1,
 )
 
 
