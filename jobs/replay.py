@@ -281,16 +281,23 @@ class DeferredJoinRunner(Runner):
 
     def _alone(self, joiner: Callable[[Any, Any], Any], side: Node, raws: list[bytes]) -> list[Any]:
         """``joiner(left, None)`` of each encoded left value, parsed as :meth:`_decide`
-        parses one (``_ABSENT`` where the joiner raised): one pass over the batch when
-        every value parses and no call raises, else one at a time."""
+        parses one (``_ABSENT`` where the joiner raised), the joiner called once per
+        value: one pass over the batch when every value parses, else one at a time."""
         parse_many = getattr(side.value_type, "parse_many", None)
         if parse_many is not None:
             parsed = parse_many(raws, BIG)
             if not any(isinstance(value, InvalidEvent) for value in parsed):
-                try:
-                    return list(map(joiner, parsed, repeat(None)))
-                except Exception:
-                    pass
+                found: list[Any] = []
+                calls = map(joiner, parsed, repeat(None))
+                while True:
+                    # extend keeps what the calls gave before one raised; the map goes
+                    # on with the value after the one whose call raised
+                    try:
+                        found.extend(calls)
+                        return found
+                    except Exception:
+                        self.failed_pairs += 1
+                        found.append(_ABSENT)
         parse = side.value_type.parse
         return [self._joined(joiner, parse(raw, BIG), None) for raw in raws]
 

@@ -3,6 +3,9 @@ process over a TestDriver's log gives the tables the engine built."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -10,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from core.topics import partition_for
+from core.values import JsonType, ValueType, parse_each
 from jobs.declared import declare
 from jobs.plans import REPLAY, plan_job, plan_of, silent_with
 from jobs.replay import DeferredJoinRunner, PartitionReplay, Rec
@@ -145,19 +149,38 @@ def test_a_batch_that_raises_is_applied_record_by_record() -> None:
 
 
 def _joined_or_refused(order: dict[str, Any], payment: dict[str, Any] | None) -> dict[str, Any]:
-    if payment is None and order["n"] % 3 == 0:
+    if payment is None and order["n"] % 3 == 2:
         raise ValueError(f"order {order['n']} must be paid")
     return {"n": order["n"], "paid": payment is not None}
 
 
-def test_a_left_join_whose_joiner_raises_loses_those_results_only_in_order() -> None:
+@dataclass(frozen=True)
+class BatchJson(JsonType):
+    """JSON with a batch reader, as a model value type may have one."""
+
+    name: str = "batch-json"
+
+    def parse_many(self, raws: Sequence[bytes | None], max_bytes: int) -> list[Any]:
+        return parse_each(self.parse, raws, max_bytes)
+
+
+@pytest.mark.parametrize("orders_type", [Json, BatchJson()], ids=["reader", "batch-reader"])
+def test_a_left_join_whose_joiner_raises_loses_those_results_only_in_order(
+    orders_type: ValueType[Any],
+) -> None:
     topology = Topology("t")
-    orders = topology.source("orders", Json, key="shop", timestamp="ts")
+    orders = topology.source("orders", orders_type, key="shop", timestamp="ts")
     paid = topology.source("paid", Json, key="shop", timestamp="ts")
     window = JoinWindow(before_ms=0, after_ms=100, left_grace_ms=0, right_grace_ms=0)
+    calls: Counter[tuple[int, bool]] = Counter()
+
+    def joiner(order: dict[str, Any], payment: dict[str, Any] | None) -> dict[str, Any]:
+        calls[order["n"], payment is not None] += 1
+        return _joined_or_refused(order, payment)
+
     orders.join(
         paid,
-        _joined_or_refused,
+        joiner,
         how="left",
         key=lambda o: str(o["n"]),
         other_key=lambda p: str(p["order"]),
@@ -181,10 +204,12 @@ def test_a_left_join_whose_joiner_raises_loses_those_results_only_in_order() -> 
     replay.cycle({"orders": orders_in[12:], "paid": paid_in})
     replay.finish()
     sent = [orjson.loads(out.value or b"null") for out in replay.outputs if out.topic == "out"]
-    assert sent == [{"n": n, "paid": n == 4} for n in range(30) if n == 4 or n % 3], (
+    assert sent == [{"n": n, "paid": n == 4} for n in range(30) if n == 4 or n % 3 != 2], (
         "every order decided, in order, except those whose joiner raised"
     )
     assert runner.failed_pairs == 10
+    assert sorted(calls) == [(n, n == 4) for n in range(30)]
+    assert set(calls.values()) == {1}, "the joiner is called once per pair, also after it raised"
 
 
 def test_plan_kinds_decide_each_pipelines_parallelism() -> None:
