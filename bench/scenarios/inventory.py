@@ -6,6 +6,7 @@ records, with a check that Kafka Streams' tables equal the project's."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import shutil
 import time
 from pathlib import Path
@@ -82,10 +83,17 @@ def project_run(kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str) -> 
 
 
 def kstreams_run(
-    kafka: BenchKafka, sizes: Sizes, work: Path, guarantee: str, project: Measured | None
+    kafka: BenchKafka,
+    sizes: Sizes,
+    work: Path,
+    guarantee: str,
+    project: Measured | None,
+    round_: int = 1,
 ) -> Measured:
-    """Kafka Streams over the same records, committing as often as the project did."""
+    """Kafka Streams over the same records, committing as often as the project did; each
+    round under its own application id, so that it starts from the first record."""
     suffix = "" if guarantee == kstreams.AT_LEAST_ONCE else "-eos"
+    suffix += "" if round_ == 1 else f"-r{round_}"
     commit_ms = kstreams.commit_interval_ms(project.commit_interval_ms if project else None)
     app = kstreams.KStreamsApp(
         "inventory",
@@ -115,22 +123,10 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
     preload_s, payments = preload(kafka, events)
     notes: list[str] = []
     ceiling = runs.attempt(notes, "The consume+parse ceiling", lambda: run_ceiling(kafka, work))
-    project = runs.attempt(
-        notes, "The project under at_least_once",
-        lambda: project_run(kafka, sizes, work, AT_LEAST_ONCE),
-    )  # fmt: skip
-    eos = runs.attempt(
-        notes, "The project under exactly_once",
-        lambda: project_run(kafka, sizes, work, EXACTLY_ONCE),
-    )  # fmt: skip
-    ks = runs.attempt(
-        notes, "Kafka Streams at_least_once",
-        lambda: kstreams_run(kafka, sizes, work, kstreams.AT_LEAST_ONCE, project),
-    )  # fmt: skip
-    ks_eos = runs.attempt(
-        notes, "Kafka Streams exactly_once_v2",
-        lambda: kstreams_run(kafka, sizes, work, kstreams.EXACTLY_ONCE, eos),
-    )  # fmt: skip
+    rounds = [
+        measure_round(kafka, sizes, work, n, notes) for n in range(1, sizes.inventory_rounds + 1)
+    ]
+    project, eos, ks, ks_eos = (fastest([r[i] for r in rounds]) for i in range(4))
     notes = [
         f"{events:,} store events (80% sales, one in {UNKNOWN_EVERY} of an unknown sku) over "
         f"1,000 stores and two hours of event time, and {payments:,} payments for half of the "
@@ -145,6 +141,7 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         "at_least_once, then under exactly_once (PROCESSING_GUARANTEE), each time from a "
         "clean state: its internal topics and outputs deleted, its group rewound to the "
         "start of the source topics.",
+        rounds_note(rounds),
         "The ceiling is a bare aiokafka consumer reading item-events with getmany and "
         "parsing each value with orjson.loads (bench/baselines/aiokafka_parse.py); it reads "
         f"the topic {runs.CEILING_RUNS} times and the median read is the ceiling.",
@@ -158,9 +155,12 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
         *notes,
     ]
     measured = [r for r in (project, eos, ks, ks_eos) if r is not None]
-    notes += [n for r in measured if (n := r.unfinished_note("item events")) is not None]
+    every = [r for found in rounds for r in found]
+    notes += [n for r in every if r is not None and (n := r.unfinished_note("item events"))]
     notes += [n for n in (runs.commit_note([project, eos, ks, ks_eos]),) if n is not None]
-    equal, check_notes, checks = runs.compare_runs([(project, ks), (eos, ks_eos)])
+    equal, check_notes, checks = runs.compare_runs(
+        [pair for r in rounds for pair in ((r[0], r[2]), (r[1], r[3]))]
+    )
     notes += check_notes
     return Outcome(
         figures={
@@ -169,8 +169,8 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
             "ceiling_consume_parse_events_per_s": ceiling["events_per_s"] if ceiling else None,
             "baseline_kstreams_events_per_s": ks.rate if ks else None,
             "baseline_kstreams_eos_events_per_s": ks_eos.rate if ks_eos else None,
-            "peak_rss_mib": runs.peak_mib([project, eos]),
-            "baseline_kstreams_peak_rss_mib": runs.peak_mib([ks, ks_eos]),
+            "peak_rss_mib": runs.peak_mib([r for found in rounds for r in found[:2]]),
+            "baseline_kstreams_peak_rss_mib": runs.peak_mib([r for f in rounds for r in f[2:]]),
             "kstreams_tables_equal": equal,
         },
         notes=notes,
@@ -182,6 +182,78 @@ def run(kafka: BenchKafka, sizes: Sizes, work: Path) -> Outcome:
             "rates": instant_rates(project.progress.series) if project else [],
             "ceiling": ceiling,
             "runs": {r.label: r.details() for r in measured},
+            "rounds": [[None if r is None else r.rate for r in found] for found in rounds],
             "kstreams_check": checks,
         },
+    )
+
+
+#: The four runs of a round, in the order they run.
+ROUND_RUNS = (
+    "the project, at_least_once",
+    "the project, exactly_once",
+    "Kafka Streams, at_least_once",
+    "Kafka Streams, exactly_once_v2",
+)
+
+
+def measure_round(
+    kafka: BenchKafka, sizes: Sizes, work: Path, round_: int, notes: list[str]
+) -> list[Measured | None]:
+    """One round: the project under each guarantee, then Kafka Streams under each,
+    committing as often as the project's run of the same round."""
+    here = work / f"round-{round_}"
+    here.mkdir(parents=True, exist_ok=True)
+    what = [f"{name} (round {round_})" for name in ROUND_RUNS]
+    project = runs.attempt(
+        notes, what[0], functools.partial(project_run, kafka, sizes, here, AT_LEAST_ONCE)
+    )
+    eos = runs.attempt(
+        notes, what[1], functools.partial(project_run, kafka, sizes, here, EXACTLY_ONCE)
+    )
+    ks = runs.attempt(
+        notes,
+        what[2],
+        functools.partial(
+            kstreams_run, kafka, sizes, here, kstreams.AT_LEAST_ONCE, project, round_
+        ),
+    )
+    ks_eos = runs.attempt(
+        notes,
+        what[3],
+        functools.partial(kstreams_run, kafka, sizes, here, kstreams.EXACTLY_ONCE, eos, round_),
+    )
+    found = [project, eos, ks, ks_eos]
+    if sizes.inventory_rounds > 1:
+        for measured in found:
+            if measured is not None:
+                measured.label = f"{measured.label}, round {round_}"
+    return found
+
+
+def fastest(candidates: list[Measured | None]) -> Measured | None:
+    """The run with the highest rate (a run is only ever slowed by what else the machine
+    does); a run without a rate only when none has one."""
+    found = [r for r in candidates if r is not None]
+    rated = [r for r in found if r.rate is not None]
+    if rated:
+        return max(rated, key=lambda r: r.rate or 0.0)
+    return found[0] if found else None
+
+
+def rounds_note(rounds: list[list[Measured | None]]) -> str:
+    """Every run's rate, round by round, and which counts."""
+    if len(rounds) == 1:
+        return "One round: each of the four runs once."
+    lines = []
+    for i, name in enumerate(ROUND_RUNS):
+        rates = [None if (r := found[i]) is None else r.rate for found in rounds]
+        shown = ", ".join("n/a" if r is None else f"{r:,.0f}" for r in rates)
+        lines.append(f"{name} {shown}")
+    return (
+        f"{len(rounds)} rounds, each running the project under at_least_once and "
+        "exactly_once, then Kafka Streams under both (from its first record, under an "
+        "application id of the round); the fastest run of each of the four is compared, "
+        f"a run being only ever slowed by what else the machine does. Item events/s by "
+        f"round: {'; '.join(lines)}."
     )

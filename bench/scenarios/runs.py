@@ -289,8 +289,8 @@ def kstreams_note(what: str) -> str:
         "stream thread, default caching, commit.interval.ms equal to the project's mean "
         "commit interval in its run under the same guarantee (below), heap "
         f"{kstreams.HEAP}, its own application id per guarantee. Peak RSS: VmHWM of the "
-        "worker's and the JVM's process just before each was stopped, the larger of the "
-        "scenario's two runs of each."
+        "worker's and the JVM's process just before each was stopped, the largest of the "
+        "scenario's runs of each."
     )
 
 

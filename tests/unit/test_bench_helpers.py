@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from bench import hiccups, machine, report
-from bench.progress import processed
+from bench.progress import Progress, processed
+from bench.scenarios import inventory
 from bench.scenarios.restore import restores_in
-from bench.scenarios.runs import median_run
+from bench.scenarios.runs import Measured, median_run
 from bench.stats import completion_rate, instant_rates, percentile, percentiles, ratio, steady_rate
 
 
@@ -184,3 +185,36 @@ def test_a_compute_loop_counts_units_in_every_window() -> None:
     counts = hiccups.units_per_window(0.05, window_s=0.01)
     assert len(counts) == 5
     assert all(count > 0 for count in counts)
+
+
+def _measured(label: str, per_second: float | None) -> Measured:
+    """A finished run of 1,000 records at ``per_second`` (None: nothing processed yet
+    and no rate, as an unfinished run whose first commit covered everything)."""
+    if per_second is None:
+        progress = Progress(1000, series=[(0.0, 1000.0)], source_series=[(0.0, 1000)])
+        return Measured(label, progress, None)
+    end = 1000 / per_second
+    progress = Progress(
+        1000,
+        series=[(0.0, 0.0), (end, 1000.0)],
+        source_series=[(0.0, 0), (0.0, 1), (end, 1000)],
+        finished=True,
+    )
+    return Measured(label, progress, None)
+
+
+def test_inventory_rounds_compare_the_fastest_run_of_each_kind() -> None:
+    slow, fast, unrated = _measured("a", 100.0), _measured("b", 400.0), _measured("c", None)
+    assert slow.rate is not None
+    assert fast.rate is not None
+    assert fast.rate > slow.rate
+    assert inventory.fastest([slow, None, fast]) is fast
+    assert inventory.fastest([None, unrated]) is unrated
+    assert inventory.fastest([unrated, slow]) is slow
+    assert inventory.fastest([None, None]) is None
+    note = inventory.rounds_note([[slow, fast, None, unrated], [fast, slow, slow, None]])
+    assert note.startswith("2 rounds")
+    assert f"the project, at_least_once {slow.rate:,.0f}, {fast.rate:,.0f}" in note
+    assert "Kafka Streams, at_least_once n/a," in note
+    assert "Kafka Streams, exactly_once_v2 n/a, n/a" in note
+    assert inventory.rounds_note([[slow, fast, slow, fast]]).startswith("One round")
