@@ -112,16 +112,35 @@ def standby_catch_up(worker: Worker, timeout: float) -> dict[str, Any]:
     return {"seconds": None, "records": None, "copies": None}
 
 
-def machine_steadiness(duration_s: float, work: Path) -> dict[str, Any]:
+def machine_steadiness(duration_s: float, work: Path) -> dict[str, Any] | None:
     """:mod:`bench.hiccups` in its own process: how steadily one core of this machine
-    runs a bare compute loop, with the workers idle."""
+    runs a bare compute loop, with the workers idle; None when it failed (the reads are
+    measured all the same)."""
+    log = work / "hiccups.log"
     status, out, _ = run_module(
-        "bench.hiccups", [str(duration_s)], timeout=duration_s + 60, log=work / "hiccups.log"
+        "bench.hiccups", [str(duration_s)], timeout=duration_s + 60, log=log
     )
     if status != 0:
-        raise RuntimeError(f"bench.hiccups exited {status}; see {work / 'hiccups.log'}")
+        return None
     found: dict[str, Any] = orjson.loads(out.strip().splitlines()[-1])
     return found
+
+
+def steadiness_note(steadiness: dict[str, Any] | None, work: Path) -> str:
+    if steadiness is None:
+        return (
+            f"The machine's steadiness was not measured: bench.hiccups failed ({work}/hiccups.log)."
+        )
+    return (
+        f"The machine's own steadiness, just before the reads, with both workers idle "
+        f"(`python -m bench.hiccups`, a bare compute loop pinned to core "
+        f"{steadiness['core']}, counted in {steadiness['windows']} windows of "
+        f"{steadiness['window_ms']:.0f} ms): {steadiness['slow_share']:.1%} of the windows "
+        f"ran at under half the median speed, in {steadiness['slow_runs_per_s']:.1f} runs "
+        f"a second, the longest {steadiness['longest_slow_ms']:.0f} ms. A read in flight "
+        "during such a run waits for it whatever the server does: where the slow windows "
+        "cover more than 1% of the time, they set a floor under the p99."
+    )
 
 
 def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome, list[str]]:
@@ -142,8 +161,10 @@ def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome
         "load_generator": local_run["tool"],
         "standby_catch_up_s": caught_up["seconds"],
         "standby_records": caught_up["records"],
-        "machine_slow_pct": round(100 * steadiness["slow_share"], 2),
-        "machine_longest_slow_ms": steadiness["longest_slow_ms"],
+        "machine_slow_pct": None
+        if steadiness is None
+        else round(100 * steadiness["slow_share"], 2),
+        "machine_longest_slow_ms": None if steadiness is None else steadiness["longest_slow_ms"],
     }
     notes = [
         f"Two workers, {TABLE} with {sizes.restore_keys:,} keys; {len(local)} local and "
@@ -157,16 +178,7 @@ def run_queries(a: Worker, b: Worker, sizes: Sizes, work: Path) -> tuple[Outcome
         f"{routed_run['failed']}"
         + (f"; replicas seen routed: {routed_run['replicas']}." if routed_run["replicas"] else "."),
     ]
-    notes.append(
-        f"The machine's own steadiness, just before the reads, with both workers idle "
-        f"(`python -m bench.hiccups`, a bare compute loop pinned to core "
-        f"{steadiness['core']}, counted in {steadiness['windows']} windows of "
-        f"{steadiness['window_ms']:.0f} ms): {steadiness['slow_share']:.1%} of the windows "
-        f"ran at under half the median speed, in {steadiness['slow_runs_per_s']:.1f} runs "
-        f"a second, the longest {steadiness['longest_slow_ms']:.0f} ms. A read in flight "
-        "during such a run waits for it whatever the server does: where the slow windows "
-        "cover more than 1% of the time, they set a floor under the p99."
-    )
+    notes.append(steadiness_note(steadiness, work))
     if caught_up["seconds"] is None:
         notes.append("The second worker's standby copies did not catch up in time.")
     else:
