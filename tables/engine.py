@@ -74,6 +74,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from core.topics import POSITION_KEY, dlq_topic
+from tables.catchup import CatchUp
 from tables.limits import TopicLimits
 from tables.pipeline import TP as TP
 from tables.pipeline import Output, Pipeline, SourceRecord, StorePartition
@@ -318,6 +319,9 @@ class Engine:
         self._cycle_waiters: list[asyncio.Future[None]] = []
         #: when the last assignment came, until the first cycle under it has committed
         self._assigned_at: float | None = None
+        #: how much of each source partition a fetch hands out after a rebalance (the
+        #: consumer asks before each fetch)
+        self.catch_up = CatchUp()
 
     def fail(self, reason: str) -> None:
         """Stop processing for good: a store failed (the first reason is kept)."""
@@ -480,13 +484,15 @@ class Engine:
             self.figures.cycles += 1
             ended = time.monotonic()
             self.figures.cycle_seconds += ended - started
+            taken = [len(b) for _, batches in runs for b in batches.values() if b]
+            self.catch_up.observe(sum(taken), len(taken))
             if self._assigned_at is not None:
                 # How long the partitions wait after a rebalance: to the first fetch that
                 # reaches the engine, and to that cycle's commit.
                 logger.info(
                     "first cycle after the assignment: %d records of %d partitions, "
                     "begun %.3f s and committed %.3f s after the assignment",
-                    sum(len(b) for _, batches in runs for b in batches.values()),
+                    sum(taken),
                     len(runs),
                     started - self._assigned_at,
                     ended - self._assigned_at,
@@ -942,6 +948,7 @@ class Engine:
         worker held it in between."""
         async with self._lock:
             self._assigned_at = time.monotonic()
+            self.catch_up.begin()
             gone = {p: task for p, task in self.tasks.items() if p not in partitions}
             for partition in gone:
                 del self.tasks[partition]

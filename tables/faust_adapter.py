@@ -47,7 +47,7 @@ from collections.abc import (
     MutableMapping,
     Sequence,
 )
-from functools import cached_property
+from functools import cached_property, partial
 from importlib.metadata import version
 from typing import Any
 
@@ -56,6 +56,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as KafkaTP
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import ConnectionGroup
+from aiokafka.consumer.fetcher import FetchResult
 from aiokafka.errors import (
     CommitFailedError,
     ConsumerStoppedError,
@@ -172,9 +173,23 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             mark = fetch_mark(self, tp)
             if mark[0] is not None and mark[0].has_valid_position:
                 before[tp] = (mark, int(mark[0].position))
-        records = await super()._fetch_records(
-            consumer, active_partitions, timeout=timeout, max_records=max_records
-        )
+        engine: Engine | None = getattr(self.consumer.app, "engine", None)
+        cap = None if engine is None else engine.catch_up.cap()
+        if engine is None or cap is None:
+            records = await super()._fetch_records(
+                consumer, active_partitions, timeout=timeout, max_records=max_records
+            )
+        else:
+            records, left_behind = await capped_fetch(
+                partial(super()._fetch_records, consumer),
+                consumer._fetcher,
+                active_partitions,
+                timeout,
+                max_records,
+                cap,
+                engine.topics,
+            )
+            engine.catch_up.fetched(left_behind)
         self.fetched_marks = marks = {tp: fetch_mark(self, tp) for tp in records or ()}
         # aiokafka hands out the records that follow on from a partition's position: the
         # position before the fetch, unless a seek or a new assignment (a new mark) moved
@@ -236,6 +251,48 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             # the engine runs them, so faust runs at least once.
             read_committed(consumer)
         return consumer
+
+
+async def capped_fetch(
+    fetch: Callable[..., Awaitable[Any]],
+    fetcher: Any,
+    partitions: Collection[Any],
+    wait_s: float | None,
+    max_records: int | None,
+    cap: int,
+    sources: Collection[str],
+) -> tuple[dict[Any, list[Any]], bool]:
+    """A fetch of ``partitions`` that hands out at most ``cap`` records of each partition
+    of a ``sources`` topic (:mod:`tables.catchup`); the rest stays in aiokafka's
+    ``fetcher`` buffer, the consumer's position after what was handed out. ``fetch`` is
+    the consumer thread's fetch: (partitions, timeout=, max_records=) -> records.
+    Returns the records and whether a source partition has records left behind.
+
+    The first call waits as a plain fetch would (at most ``wait_s``), for at most
+    ``cap`` records in all; each partition with records still buffered is then taken on
+    its own without waiting. A partition whose buffered fetch holds an error is left to
+    the next plain fetch, which raises it, so that records already handed out are never
+    lost with it."""
+    records: dict[Any, list[Any]] = {
+        tp: list(batch)
+        for tp, batch in (await fetch(partitions, timeout=wait_s, max_records=cap)).items()
+    }
+    for tp in [tp for tp in fetcher._records if tp in partitions]:
+        if not isinstance(fetcher._records.get(tp), FetchResult):
+            continue
+        most = cap - len(records.get(tp, ())) if tp.topic in sources else max_records
+        if most is not None and most <= 0:
+            continue
+        more = (await fetch({tp}, timeout=0, max_records=most)).get(tp)
+        if more:
+            records.setdefault(tp, []).extend(more)
+    buffered = fetcher._records
+    left_behind = any(
+        tp.topic in sources and isinstance(buffered[tp], FetchResult) and buffered[tp].has_more()
+        for tp in list(buffered)
+        if tp in partitions
+    )
+    return records, left_behind
 
 
 async def seek_all_to_committed(consumer: AIOKafkaConsumer) -> dict[Any, int | None]:

@@ -21,6 +21,8 @@ import faust
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.consumer.fetcher import Fetcher as AioFetcher
+from aiokafka.consumer.fetcher import FetchResult
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from faust.stores.rocksdb import Store as RocksStore
 from faust.tables import TableManager
@@ -136,6 +138,8 @@ def _parameters(function: Any) -> list[str]:
         (GroupCoordinator, "reset_generation", ["self"]),
         (faust.App, "crash", None),
         (AIOKafkaConsumer, "beginning_offsets", ["self", "partitions"]),
+        (FetchResult, "has_more", ["self"]),
+        (AioFetcher, "fetched_records", ["self", "partitions", "timeout", "max_records"]),
     ],
 )
 def test_faust_and_aiokafka_have_what_the_adapter_uses(
@@ -421,6 +425,70 @@ def test_a_fetch_says_where_its_records_follow_on_from(kafka: LocalKafka) -> Non
     assert first == ([2, 3, 4], {tp: 2})
     assert rest == ([5, 6, 7, 8, 9], {tp: 5})
     assert again == ([4, 5, 6, 7, 8, 9], {tp: 4})  # from where the seek put it
+
+
+def test_a_capped_fetch_hands_out_at_most_the_cap_per_source_partition_and_loses_nothing(
+    kafka: LocalKafka,
+) -> None:
+    # After a rebalance the consumer thread hands the engine a few records of each source
+    # partition per fetch (tables/catchup.py); the rest stays buffered in aiokafka, the
+    # position after what was handed out, and comes with the next fetches.
+    from functools import partial
+
+    from app.main import create_app
+    from core.settings import Settings
+
+    first, second, other = "contract-capped-a", "contract-capped-b", "contract-capped-other"
+    create_topics(kafka.bootstrap, {first: 1, second: 1, other: 1})
+    produce(kafka.bootstrap, first, [(None, f"a{n}".encode()) for n in range(10)])
+    produce(kafka.bootstrap, second, [(None, f"b{n}".encode()) for n in range(3)])
+    produce(kafka.bootstrap, other, [(None, f"c{n}".encode()) for n in range(8)])
+    a, b, c = TopicPartition(first, 0), TopicPartition(second, 0), TopicPartition(other, 0)
+    tps = {a, b, c}
+    ends = {a: 10, b: 3, c: 8}
+
+    async def check() -> list[tuple[dict[Any, list[int]], bool, dict[Any, int]]]:
+        thread = create_app(Settings(broker_url=f"kafka://{kafka.bootstrap}")).consumer._thread
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False)
+        thread._consumer = consumer
+        await consumer.start()
+        calls = []
+        try:
+            consumer.assign(list(tps))
+            for tp in tps:
+                consumer.seek(tp, 0)
+            # every partition's records buffered first, as after a rebalance's pause
+            for _ in range(200):
+                if set(consumer._fetcher._records) == tps:
+                    break
+                await asyncio.sleep(0.05)
+            seen: dict[Any, int] = {}
+            while seen != ends and len(calls) < 10:
+                records, left = await faust_adapter.capped_fetch(
+                    partial(thread._fetch_records, consumer),
+                    consumer._fetcher,
+                    tps,
+                    5.0,
+                    1000,
+                    4,
+                    {first, second},
+                )
+                offsets = {tp: [r.offset for r in batch] for tp, batch in records.items()}
+                for tp, got in offsets.items():
+                    seen[tp] = seen.get(tp, 0) + len(got)
+                positions = {tp: await consumer.position(tp) for tp in offsets}
+                calls.append((offsets, left, positions))
+            return calls
+        finally:
+            await consumer.stop()
+
+    calls = asyncio.run(check())
+    assert calls[0][0] == {a: [0, 1, 2, 3], b: [0, 1, 2], c: list(range(8))}
+    assert calls[0][1] is True  # the first topic's partition has records left behind
+    assert calls[0][2] == {a: 4, b: 3, c: 8}
+    assert [call[0] for call in calls[1:]] == [{a: [4, 5, 6, 7]}, {a: [8, 9]}]
+    assert [call[1] for call in calls[1:]] == [True, False]
+    assert calls[-1][2] == {a: 10}
 
 
 def test_the_changelog_queue_keeps_its_records_when_the_flow_resumes() -> None:

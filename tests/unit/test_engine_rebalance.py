@@ -218,3 +218,22 @@ def test_an_assignment_right_after_another_closes_its_producers_before_opening_i
     asyncio.run(go())
     first, second = (id(producer) for producer in connector.made[0])
     assert connector.order.index(("close", first)) < connector.order.index(("open", second))
+
+
+def test_a_rebalance_of_a_running_member_caps_its_fetches_until_the_backlog_is_worked_off() -> None:
+    log, table = Log(), MemoryTable(WORD_COUNTS)
+    lines(log, TEXTS[:10])
+    connector = LogConnector(log, False)
+    engine = word_engine(connector, table)
+    asyncio.run(engine.keep(ALL))  # the member's first assignment: no cycle before it
+    assert engine.catch_up.cap() is None
+    run(engine, connector)
+    usual = engine.catch_up.usual
+    assert usual is not None
+    assert usual > 0  # the cycles' records per partition
+
+    asyncio.run(engine.suspend())
+    asyncio.run(engine.keep(ALL))
+    assert engine.catch_up.cap() == max(100, int(2 * usual))
+    engine.catch_up.fetched(left_behind=False)
+    assert engine.catch_up.cap() is None
