@@ -491,6 +491,82 @@ def test_a_capped_fetch_hands_out_at_most_the_cap_per_source_partition_and_loses
     assert calls[-1][2] == {a: 10}
 
 
+def test_a_new_assignment_learns_every_committed_offset_in_one_request(kafka: LocalKafka) -> None:
+    # aiokafka asks the coordinator for one partition's committed offset at a time, and
+    # fetches from no broker until every partition there has a position.
+    topic, group = "contract-at-once", "contract-at-once-group"
+    create_topics(kafka.bootstrap, {topic: 12})
+    tps = [TopicPartition(topic, p) for p in range(12)]
+
+    async def commit_some() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap)
+        await producer.start()
+        try:
+            for tp in tps:
+                for n in range(6):
+                    await producer.send_and_wait(topic, f"{n}".encode(), partition=tp.partition)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka.bootstrap, group_id=group, enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            consumer.assign(tps)
+            await consumer.commit({tp: 2 for tp in tps[:6]})  # the other six: none
+            for _ in range(50):  # the group's coordinator may have been moving meanwhile
+                if [await consumer.committed(tp) for tp in tps[:6]] == [2] * 6:
+                    break
+                await asyncio.sleep(0.1)
+                await consumer.commit({tp: 2 for tp in tps[:6]})
+        finally:
+            await consumer.stop()
+
+    async def check(at_once: bool) -> tuple[list[int], dict[Any, int]]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka.bootstrap,
+            group_id=group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        coordinator = consumer._coordinator
+        asked: list[int] = []
+        fetch_committed = coordinator._do_fetch_commit_offsets
+
+        async def counted(partitions: Any) -> Any:
+            asked.append(len(partitions))
+            return await fetch_committed(partitions)
+
+        coordinator._do_fetch_commit_offsets = counted
+        if at_once:
+            faust_adapter.positions_at_once(consumer._fetcher, coordinator)
+        first: dict[Any, int] = {}
+        try:
+            consumer.assign(tps)
+            for _ in range(50):
+                for tp, batch in (await consumer.getmany(timeout_ms=200)).items():
+                    first.setdefault(tp, batch[0].offset)
+                if len(first) == len(tps):
+                    break
+            return asked, first
+        finally:
+            await consumer.stop()
+
+    asyncio.run(commit_some())
+    one_by_one, first_before = asyncio.run(check(at_once=False))
+    at_once, first_after = asyncio.run(check(at_once=True))
+    starts = {tp: 2 if tp.partition < 6 else 0 for tp in tps}
+    assert first_before == starts
+    assert first_after == starts  # the same positions as aiokafka's own way
+    # aiokafka's own way: one request per partition (and one more once they are known)
+    assert len(one_by_one) >= len(tps)
+    assert max(one_by_one) == 1
+    # here one for all, beside aiokafka's first one-partition request under way already
+    assert len(at_once) <= 3
+    assert max(at_once) == len(tps)
+
+
 def test_the_changelog_queue_keeps_its_records_when_the_flow_resumes() -> None:
     """faust empties its changelog queue when the flow resumes after a rebalance; the
     records fetched after that, before the recovery seeks, would follow a gap."""
