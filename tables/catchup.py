@@ -7,10 +7,11 @@ the partitions' commits back for as long as that cycle takes, on top of the paus
 second's backlog made first cycles of 3,000-13,000 records that took 0.1-0.9 s, where
 the cycles before the rebalance took a tenth of that. So after a rebalance of a member
 that ran cycles before it, each fetch hands out at most :data:`FACTOR` times the
-records per source partition of its usual cycles (the rest stays in the consumer's
-buffer for the next cycle, nothing is fetched twice), until a fetch leaves nothing
-behind or :data:`MAX_S` have passed. The partitions then commit about as often as they
-did before the rebalance while the backlog lasts.
+records per source partition of its usual cycles at first, and :data:`GROWTH` times as
+many at each further fetch (the rest stays in the consumer's buffer for the next cycle,
+nothing is fetched twice), until a fetch leaves nothing behind or :data:`MAX_S` have
+passed. The first commit comes after a cycle about twice the usual size, and no later
+cycle takes more than about half of what the pause left.
 
 A member's first assignment is not capped: it has no usual cycle yet, and a worker that
 starts on a long backlog wants the largest cycles.
@@ -28,6 +29,9 @@ logger = logging.getLogger(__name__)
 FACTOR = 2.0
 #: ... and never fewer than this many per partition.
 FLOOR = 100
+#: Each capped fetch of a catch-up may hand out this many times the one before: the
+#: cycles grow back to their usual size without one that takes all that is left.
+GROWTH = 2
 #: A catch-up ends at the latest this long after the assignment.
 MAX_S = 3.0
 #: Weight of the latest cycle in the usual records per partition.
@@ -85,7 +89,7 @@ class CatchUp:
         many as the consumer has)."""
         if not self.active() or self.usual is None:
             return None
-        return max(FLOOR, int(FACTOR * self.usual))
+        return int(max(FLOOR, int(FACTOR * self.usual)) * GROWTH**self.capped_fetches)
 
     def fetched(self, left_behind: bool) -> None:
         """A capped fetch left records of some source partition behind, or none."""

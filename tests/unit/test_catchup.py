@@ -107,3 +107,14 @@ def test_each_rebalance_begins_a_new_catch_up() -> None:
     catch_up.begin()
     assert catch_up.cap() == 600
     assert catch_up.begun == 2
+
+
+def test_each_capped_fetch_may_take_twice_as_many_as_the_one_before() -> None:
+    clock = Clock()
+    catch_up = running(clock)
+    catch_up.begin()
+    caps = []
+    for _ in range(4):
+        caps.append(catch_up.cap())
+        catch_up.fetched(left_behind=True)
+    assert caps == [600, 1200, 2400, 4800]
