@@ -3,9 +3,9 @@ of a rebalance is worked off.
 
 A rebalance pauses every partition of the group (aiokafka speaks only the eager
 protocol), and the records that arrive meanwhile wait. Taken in one cycle, they hold
-the partitions' commits back for as long as that cycle takes, on top of the pause: a
-second's backlog made first cycles of 3,000-13,000 records that took 0.1-0.9 s, where
-the cycles before the rebalance took a tenth of that. So after a rebalance of a member
+the partitions' commits back for as long as that cycle takes, on top of the pause: in
+the chaos scenario ``scale_*``, first cycles of 3,500-13,600 records that took 0.2-0.8 s,
+several times the cycles before the rebalance. So after a rebalance of a member
 that ran cycles before it, each fetch hands out at most :data:`FACTOR` times the
 records per source partition of its usual cycles at first, and :data:`GROWTH` times as
 many at each further fetch (the rest stays in the consumer's buffer for the next cycle,
