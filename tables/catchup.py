@@ -71,13 +71,18 @@ class CatchUp:
         self.begun += 1
         self.capped_fetches = 0
         logger.info(
-            "after the assignment, each fetch hands out at most %d records per source "
-            "partition (%.0f per cycle before it) until the backlog is worked off, for at "
-            "most %.0f s",
-            max(FLOOR, int(FACTOR * self.usual)),
+            "after the assignment, the first fetch hands out at most %d records per source "
+            "partition (%.0f per cycle before it) and each further one %d times as many, "
+            "until the backlog is worked off, for at most %.0f s",
+            self._first_cap(self.usual),
             self.usual,
+            GROWTH,
             MAX_S,
         )
+
+    @staticmethod
+    def _first_cap(usual: float) -> int:
+        return max(FLOOR, int(FACTOR * usual))
 
     def active(self) -> bool:
         if self._until is not None and self.clock() >= self._until:
@@ -89,7 +94,7 @@ class CatchUp:
         many as the consumer has)."""
         if not self.active() or self.usual is None:
             return None
-        return int(max(FLOOR, int(FACTOR * self.usual)) * GROWTH**self.capped_fetches)
+        return int(self._first_cap(self.usual) * GROWTH**self.capped_fetches)
 
     def fetched(self, left_behind: bool) -> None:
         """A capped fetch left records of some source partition behind, or none."""

@@ -118,3 +118,14 @@ def test_each_capped_fetch_may_take_twice_as_many_as_the_one_before() -> None:
         caps.append(catch_up.cap())
         catch_up.fetched(left_behind=True)
     assert caps == [600, 1200, 2400, 4800]
+
+
+def test_a_catch_up_logs_its_first_cap_and_its_growth(caplog: pytest.LogCaptureFixture) -> None:
+    catch_up = running(Clock())
+    caplog.set_level(logging.INFO, logger=catchup.__name__)
+    catch_up.begin()
+    assert [r.getMessage() for r in caplog.records] == [
+        "after the assignment, the first fetch hands out at most 600 records per source "
+        "partition (300 per cycle before it) and each further one 2 times as many, until "
+        "the backlog is worked off, for at most 3 s"
+    ]
