@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from core.topics import partition_for
-from core.values import InvalidEvent, ValueType, check_key
+from core.values import InvalidEvent, JsonType, Model, TextType, Typed, ValueType, check_key
 from streams.compile import Plan, Root, Sink, join_tables, state_table
 from streams.topology import Aggregation, Node
 from tables.join import LEFT, RIGHT, PartitionJoin
@@ -155,6 +155,27 @@ def decode_stored(stored: Any) -> bytes:
     return base64.b64decode(stored[1])
 
 
+#: How an aggregate is stored and how it is read back: (load, dump).
+Forms = tuple[Callable[[Any], Any], Callable[[Any], Any]]
+
+
+def stored_forms(value_type: ValueType[Any]) -> Forms | None:
+    """How values of ``value_type`` are kept as a table's JSON (a reduce's aggregate is
+    one): None when they are JSON already (text, JSON); a model's or a pydantic type's
+    values as the JSON document they write; any other type's as its record bytes
+    (:func:`encode_stored`)."""
+    if isinstance(value_type, (TextType, JsonType)):
+        return None
+    encode, parse = value_type.encode, value_type.parse
+    if isinstance(value_type, (Model, Typed)):
+        from_json = value_type.from_json
+        return (lambda doc: parse(from_json(doc), 1 << 62), lambda v: orjson.loads(encode(v)))
+    return (lambda doc: parse(decode_stored(doc), 1 << 62), lambda v: encode_stored(encode(v)))
+
+
+_UNSET: Any = object()
+
+
 def fresh(value: Any) -> Any:
     """A copy of a stored value that a user function may change in place."""
     return orjson.loads(orjson.dumps(value))
@@ -169,6 +190,7 @@ class Runner:
         self.partitions = plan.context.partitions
         self.max_bytes = plan.context.max_event_bytes
         self._parsers: dict[str, Callable[[bytes | None, int], Any]] = {}
+        self._stored_forms: dict[int, Forms | None] = {}
         for root in plan.roots:
             if root.kind == "source":
                 value_type: Any = root.node.value_type
@@ -467,6 +489,16 @@ class Runner:
         cache["batch"], cache["times"] = batch, times
         return times
 
+    def _forms(self, node: Node) -> Forms | None:
+        """How an aggregation's aggregates are stored, when not as they are (a reduce's
+        aggregate is a value of its stream's type)."""
+        if not node.params["aggregation"].of_values:
+            return None
+        found = self._stored_forms.get(node.id, _UNSET)
+        if found is _UNSET:
+            found = self._stored_forms[node.id] = stored_forms(node.value_type)
+        return found  # type: ignore[no-any-return]
+
     def _horizon(self, node: Node) -> int:
         """Windows that end at or before this time (ms) have expired."""
         return int(self.context.clock() * 1000) - self.plan.retention_ms(node)
@@ -518,8 +550,11 @@ class Runner:
                         windowed_values.append(v)
             combined = _combine(aggregation, windowed_keys, windowed_values)
             items = [[k, start, a] for (k, start), a in combined.items()]
+        forms = self._forms(node)
         for item in items:
             item[0] = text_key(item[0])
+            if forms is not None:
+                item[-1] = forms[1](item[-1])
         self._send_items(batch, node, COMBINED, items)
 
     def _send_items(self, batch: Batch, node: Node, field: str, items: list[list[Any]]) -> None:
@@ -549,6 +584,10 @@ class Runner:
             combined.extend(document.get(COMBINED, ()))
             values.extend(document.get(VALUES, ()))
         if combined:
+            forms = self._forms(node)
+            if forms is not None:
+                for item in combined:
+                    item[-1] = forms[0](item[-1])
             self._merge_into(batch, node, combined)
         if values:
             parse = node.parents[0].value_type.parse
@@ -622,13 +661,18 @@ class Runner:
                 table.put(key, int(table.get(key) or 0) + len(vs))
         else:
             adder, init = aggregation.adder, aggregation.initializer
+            forms = self._forms(node)
             for key, vs in groups.items():
                 text = _group_key(key, window)
-                stored = table.get_fresh(key)
-                state = init() if stored is None else stored
+                if forms is None:
+                    stored = table.get_fresh(key)
+                    state = init() if stored is None else stored
+                else:
+                    stored = table.get(key)
+                    state = init() if stored is None else forms[0](stored)
                 for v in vs:
                     state = adder(text, v, state)
-                table.put(key, state)
+                table.put_checked(key, state if forms is None else forms[1](state))
         if window is not None:
             self._expire(batch, node, table)
 
@@ -674,9 +718,16 @@ class Runner:
                 stored = table.get(table_k)
                 table.put(table_k, partial if stored is None else stored + partial)
         else:
+            forms = self._forms(node)
             for table_k, (text, partial) in totals.items():
-                stored = table.get_fresh(table_k)
-                table.put(table_k, partial if stored is None else merge(text, stored, partial))
+                if forms is None:
+                    stored = table.get_fresh(table_k)
+                    total = partial if stored is None else merge(text, stored, partial)
+                else:
+                    stored = table.get(table_k)
+                    total = partial if stored is None else merge(text, forms[0](stored), partial)
+                    total = forms[1](total)
+                table.put_checked(table_k, total)
         if window is not None:
             self._expire(batch, node, table)
 
@@ -691,6 +742,7 @@ class Runner:
         """Each incoming session merged with the stored sessions of its key that lie
         within the gap of it: they become one session, under a new key."""
         merge = node.params["aggregation"].merge
+        forms = self._forms(node)
         gap = window.gap_ms
         horizon, index = self._expiry(batch, node, table)
         expired = 0
@@ -705,6 +757,8 @@ class Runner:
                     continue
                 s_start, s_end = found[1], round(found[2] * 1000)
                 if s_end + gap >= start and s_start - gap <= end:
+                    if forms is not None:
+                        value = forms[0](value)
                     overlapping.append((s_start, s_end, stored_key, value))
             total = partial
             new_start, new_end = start, end
@@ -713,7 +767,7 @@ class Runner:
                 new_start, new_end = min(new_start, s_start), max(new_end, s_end)
                 table.delete(stored_key)
             new_key = session_key(key, new_start, new_end)
-            table.put(new_key, total)
+            table.put_checked(new_key, total if forms is None else forms[1](total))
             index.add(new_end + 1, new_key)
         if expired:
             batch.counts[f"{self.plan.topology.name}.{node.name}.expired"] += expired

@@ -84,6 +84,9 @@ class Aggregation:
     merge: Callable[[str, Any, Any], Any] | None
     #: sum: the number a value adds
     number: Callable[[Any], Any] | None = None
+    #: reduce: whether the aggregate is a value of the stream's value type, stored (and
+    #: sent across a repartition topic) as that type writes it
+    of_values: bool = False
 
 
 def _count_add(key: str, value: Any, total: int) -> int:
@@ -506,7 +509,10 @@ class GroupedStream:
             return a if b is MISSING else reducer(a, b)
 
         return self._aggregate(
-            table, Aggregation("reduce", lambda: MISSING, add, merge), queryable, None
+            table,
+            Aggregation("reduce", lambda: MISSING, add, merge, of_values=True),
+            queryable,
+            None,
         )
 
     def aggregate(

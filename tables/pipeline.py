@@ -176,6 +176,16 @@ def decode(raw: bytes) -> Any:
     return orjson.loads(raw)
 
 
+class TableValueError(TypeError):
+    """A value written to a table has no JSON encoding, so it cannot be stored."""
+
+
+def unencodable(table: str, key: bytes, error: Exception) -> str:
+    """Why a table value cannot be stored: it has no JSON encoding."""
+    shown = key.decode("utf-8", "replace")
+    return f"table {table}, key {shown!r}: the value has no JSON encoding ({error})"
+
+
 #: Values a JSON document holds that need no copy.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
@@ -244,6 +254,8 @@ class TableView:
         self.ordered = ordered
         self.parent = parent
         self._pending: dict[bytes, Any] = SortedDict() if ordered else {}
+        #: key -> (value, its encoding) of values put with put_checked
+        self._raw: dict[bytes, tuple[Any, bytes]] = {}
         #: keys this (top-level) view read from the store with get_fresh (see there)
         self._stored: dict[bytes, Any] = {}
 
@@ -301,6 +313,26 @@ class TableView:
             raise ValueError(f"{self.name}: a value of None is not storable; use delete()")
         self._pending[key] = value
 
+    def put_checked(self, key: bytes, value: Any) -> None:
+        """As :meth:`put`, encoding the value now: a value with no JSON encoding raises
+        :class:`TableValueError` in the step that wrote it (whose record then goes to its
+        dead-letter topic), and the encoding is not made again when the batch is stored.
+        The value must not change afterwards."""
+        if value is None:
+            raise ValueError(f"{self.name}: a value of None is not storable; use delete()")
+        try:
+            raw = encode(value)
+        except TypeError as error:  # orjson's JSONEncodeError is one
+            raise TableValueError(unencodable(self.name, key, error)) from None
+        self._pending[key] = value
+        self._raw[key] = (value, raw)
+
+    def _encode(self, key: bytes, value: Any) -> bytes:
+        kept = self._raw.get(key)
+        if kept is not None and kept[0] is value:
+            return kept[1]
+        return encode(value)
+
     def delete(self, key: bytes) -> None:
         self._pending[key] = DELETED
 
@@ -326,25 +358,59 @@ class TableView:
         assert parent is not None, "merge_into_parent() on a top-level view"
         parent._pending.update(self._pending)
         self._pending.clear()
+        if self._raw:
+            parent._raw.update(self._raw)
+            self._raw.clear()
 
     def written(self) -> list[bytes]:
         """The keys this view itself wrote (not its parents)."""
         return list(self._pending)
 
-    def encoded(self, keys: Iterable[bytes]) -> Iterator[tuple[bytes, bytes | None]]:
-        """The values this view itself wrote under ``keys``, encoded (None deletes)."""
+    def encoded(self, keys: Iterable[bytes]) -> Iterator[tuple[bytes, bytes | None, str | None]]:
+        """The values this view itself wrote under ``keys``: (key, encoded value or None
+        for a delete, None), or (key, None, why) for a value with no JSON encoding."""
         pending = self._pending
         for key in keys:
             value = pending.get(key)
-            if value is not None:
-                yield key, None if value is DELETED else encode(value)
+            if value is None:
+                continue
+            if value is DELETED:
+                yield key, None, None
+                continue
+            try:
+                yield key, self._encode(key, value), None
+            except TypeError as error:  # orjson's JSONEncodeError is one
+                yield key, None, unencodable(self.name, key, error)
 
     def changes(self) -> dict[bytes, bytes | None]:
-        """The batch's writes, encoded (None deletes)."""
+        """The batch's writes, encoded (None deletes). Raises TypeError when a value has
+        no JSON encoding (:meth:`checked_changes` names them)."""
         assert self.parent is None, "changes() of a child view"
+        if self._raw:
+            encoded = self._encode
+            return {
+                key: None if value is DELETED else encoded(key, value)
+                for key, value in self._pending.items()
+            }
         return {
             key: None if value is DELETED else encode(value) for key, value in self._pending.items()
         }
+
+    def checked_changes(self) -> tuple[dict[bytes, bytes | None], dict[bytes, str]]:
+        """As :meth:`changes`, with the values that have no JSON encoding left out and
+        returned apart: key -> why."""
+        assert self.parent is None, "checked_changes() of a child view"
+        changes: dict[bytes, bytes | None] = {}
+        failed: dict[bytes, str] = {}
+        for key, value in self._pending.items():
+            if value is DELETED:
+                changes[key] = None
+                continue
+            try:
+                changes[key] = self._encode(key, value)
+            except TypeError as error:
+                failed[key] = unencodable(self.name, key, error)
+        return changes, failed
 
     def __len__(self) -> int:
         return len(self._pending)

@@ -529,7 +529,9 @@ class Task:
             if not watched:
                 continue
             topic = self.tables[name].changelog_topic
-            for key, raw in view.encoded(watched):
+            for key, raw, unencoded in view.encoded(watched):
+                if unencoded is not None:
+                    return f"TableValueError: {unencoded}"
                 why = refusal(
                     topic,
                     key,
@@ -621,7 +623,13 @@ class Task:
         for name, view in views.items():
             if not (len(view) or name in fed):
                 continue
-            items = changes[name] = view.changes()
+            try:
+                items = view.changes()
+            except TypeError:  # a value with no JSON encoding: refused, as Kafka would
+                items, failed = view.checked_changes()
+                for key, unencoded in failed.items():
+                    refusals.append(Refused(f"TableValueError: {unencoded}", table=name, key=key))
+            changes[name] = items
             items[POSITION_KEY] = self._position(name, offsets)
             topic = self.tables[name].changelog_topic
             limits, max_bytes = self.limits.of(topic), self.limits.max_bytes(topic)

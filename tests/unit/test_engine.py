@@ -519,6 +519,36 @@ def test_records_applied_one_by_one_after_a_failure_each_get_their_own_parse() -
     assert [r.value for r in log.topic(dlq_topic("in"))] == [b"13"]
 
 
+def test_a_table_value_with_no_json_encoding_dead_letters_the_record_that_wrote_it() -> None:
+    """A batch function's value that cannot be stored (a set) is refused as Kafka would
+    refuse a record: the record that wrote it goes to its dead-letter topic, and the
+    partition goes on."""
+
+    def collecting(batch: Batch) -> None:
+        table = batch.table("t")
+        for record in batch.of("in"):
+            value = (record.value or b"").decode()
+            seen = table.get_fresh(b"all") or []
+            table.put(b"all", {*seen, value} if value == "bad" else [*seen, value])
+
+    log, table = Log(), MemoryTable("t")
+    for value in (b"1", b"2", b"bad", b"4"):
+        log.append(TP("in", 0), None, value)
+    connector = LogConnector(log, exactly_once=True)
+    pipeline = Pipeline("collect", reads=("in",), writes=(TableSpec("t"),), process=collecting)
+    engine = Engine([pipeline], {"t": table}, connector, partitions=PARTITIONS, exactly_once=True)
+    run(engine, connector, limit=10)
+    assert table.values() == {b"all": ["1", "2", "4"]}
+    [letter] = log.topic(dlq_topic("in"))
+    assert letter.value == b"bad"
+    reason = dict(letter.headers or ())[ERROR_HEADER].decode()
+    assert reason == (
+        "TableValueError: table t, key 'all': the value has no JSON encoding "
+        "(Type is not JSON serializable: set)"
+    )
+    assert not engine.stalled()
+
+
 @pytest.mark.parametrize("fail_at", [1, 2, 4, 7])
 def test_a_kafka_failure_stops_the_cycle_and_a_restart_resumes_exactly(fail_at: int) -> None:
     log, table = Log(), MemoryTable(WORD_COUNTS)

@@ -114,6 +114,29 @@ def test_a_record_whose_step_raises_is_dead_lettered_and_the_rest_take_effect() 
     assert dead.reason == "processing failed: ZeroDivisionError: integer division or modulo by zero"
 
 
+def test_an_aggregate_with_no_json_encoding_dead_letters_its_records_and_the_rest_apply() -> None:
+    topology = Topology("t")
+    numbers = topology.source("numbers", Json)
+    numbers.group_by_key().aggregate(
+        "seen", list, lambda key, n, seen: set(seen) | {n} if key == "odd" else [*seen, n]
+    )
+    driver = TestDriver(topology, partitions=1)
+    for n in (1, 2, 3, 4):
+        driver.produce("numbers", n, key="odd" if n % 2 else "even")
+    driver.run()  # the worker would have stopped here: the table value is a set
+    assert driver.table("seen") == {"even": [2, 4]}
+    dead = driver.dead_letters("numbers")
+    assert [d.value for d in dead] == [b"1", b"3"]
+    for letter in dead:
+        assert letter.reason == (
+            "processing failed: TableValueError: table seen, key 'odd': the value has no "
+            "JSON encoding (Type is not JSON serializable: set)"
+        )
+    driver.produce("numbers", 6, key="even")
+    driver.run()
+    assert driver.table("seen") == {"even": [2, 4, 6]}
+
+
 # -- aggregations ------------------------------------------------------------------------
 
 
@@ -156,6 +179,32 @@ def test_sum_reduce_and_aggregate_with_merge_agree_with_a_plain_fold() -> None:
     assert {shop: v["amount"] for shop, v in largest.items()} == {"s0": 57, "s1": 58, "s2": 59}
     stats = driver.table("stats")
     assert stats["s1"] == {"n": 20, "items": sorted(f"i{i}" for i in range(1, 60, 3))}
+
+
+def test_reduce_keeps_model_values_as_their_json_across_batches_and_repartitions() -> None:
+    topology, views = views_topology()
+    latest = lambda a, b: a if a.ts >= b.ts else b  # noqa: E731
+    views.group_by(lambda v: v.page).reduce("latest_by_page", latest)  # a repartition
+    views.group_by_key().reduce("latest_by_user", latest)  # none
+    views.group_by_key().window_by(Session(gap=10 * MINUTE)).reduce("latest_in_session", latest)
+    driver = TestDriver(topology, partitions=4, fetch_records=3, now_ms=T0 + 60 * MINUTE)
+    records = [view(f"u{i % 3}", T0 + (i * 7 % 20) * MINUTE, f"/p{i % 2}") for i in range(20)]
+    for record in records:
+        driver.produce("views", record, key=record["user"])
+        driver.run()
+    last = {}
+    for record in records:
+        for key in (record["page"], record["user"]):
+            if key not in last or record["ts"] > last[key]["ts"]:
+                last[key] = record
+    assert driver.table("latest_by_page") == {p: last[p] for p in ("/p0", "/p1")}
+    assert driver.table("latest_by_user") == {u: last[u] for u in ("u0", "u1", "u2")}
+    for user in ("u0", "u1", "u2"):
+        sessions = driver.windows("latest_in_session", user)
+        assert sessions
+        assert all(isinstance(s["value"], dict) for s in sessions)
+        assert max(s["value"]["ts"] for s in sessions) == last[user]["ts"]
+    assert not driver.dead_letters("views")
 
 
 def test_an_aggregate_without_merge_folds_each_value_in_order_of_its_partition() -> None:
