@@ -127,6 +127,9 @@ def source_frame(
 ) -> DataFrame | None:
     """Stage 0's records (see the module's docstring); None when there are none."""
     reads = source_reads(cut, declared)
+    # Spark 4 gives a union of inputs that all have one partition one partition in all
+    # (its output partitioning is theirs): the coalesced reads must stay one task each.
+    spark.conf.set(UNION_PARTITIONING, "false")
     frames = [
         _source_columns(kio.read_ranges(spark, bootstrap, ends)).coalesce(1)
         for ends in reads.coalesced
@@ -142,6 +145,8 @@ def source_frame(
     return reduce(DataFrame.union, frames)
 
 
+#: Spark's setting that makes a union keep its inputs' common output partitioning.
+UNION_PARTITIONING = "spark.sql.unionOutputPartitioning"
 #: Stage 0's rows up to which the driver collects them and runs the later stages, the
 #: compare and the views itself (``--local-rows``): each later Spark job costs a second or
 #: more of scheduling and cold code paths, whatever its size.

@@ -295,3 +295,39 @@ def test_dead_letters_of_the_sources_are_counted_as_the_engine_counts_them(
         len(rs) for tp, rs in driver.log.records.items() if tp.topic == "item-events"
     )
     assert TP("item-events", 0) in driver.log.records
+
+
+def test_a_pipeline_whose_every_partition_joins_two_topics_is_recomputed(
+    spark: Any, kafka: LocalKafka, driver: TestDriver, tmp_path: Path
+) -> None:
+    """Every partition number holds records of both settling topics: each is read into
+    one Spark partition of its own, and the union of those reads must keep them apart
+    (Spark 4 would otherwise merge single-partition inputs into one partition)."""
+    from jobs.cut import Cut
+    from jobs.declared import declare
+    from jobs.stages import source_frame, source_reads
+
+    settling = Options(
+        bootstrap=kafka.bootstrap,
+        out=tmp_path,
+        master=None,
+        settle_s=5.0,
+        modules=("agents.settling",),
+        partitions=PARTITIONS,
+    )
+    declared = declare(settling.spec(PARTITIONS, 0))
+    ends = {
+        topic: {p: len(driver.log.records.get(TP(topic, p), ())) for p in range(PARTITIONS)}
+        for topic in ("item-events", "payments")
+    }
+    cut = Cut(sources=ends, changelogs={}, log_start={}, taken_at_ms=0, settled=True)
+    reads = source_reads(cut, declared)
+    assert len(reads.coalesced) == PARTITIONS and not reads.alone and not reads.chunks
+    frame = source_frame(spark, kafka.bootstrap, cut, declared)
+    assert frame is not None
+    assert frame.rdd.getNumPartitions() == PARTITIONS
+    status = run(settling, spark)
+    assert status == EXIT_SAME
+    entry = report(tmp_path)["tables"]["unsettled_sales"]
+    assert entry["keys_compared"] == len(driver.table("unsettled_sales")) > 0
+    assert entry["mismatched"] == entry["missing_in_stream"] == entry["missing_in_batch"] == 0
