@@ -322,7 +322,8 @@ def test_a_pipeline_whose_every_partition_joins_two_topics_is_recomputed(
     }
     cut = Cut(sources=ends, changelogs={}, log_start={}, taken_at_ms=0, settled=True)
     reads = source_reads(cut, declared)
-    assert len(reads.coalesced) == PARTITIONS and not reads.alone and not reads.chunks
+    assert len(reads.coalesced) == PARTITIONS
+    assert (reads.alone, reads.chunks) == ({}, {})
     frame = source_frame(spark, kafka.bootstrap, cut, declared)
     assert frame is not None
     assert frame.rdd.getNumPartitions() == PARTITIONS
