@@ -37,6 +37,7 @@ from tables.join import LEFT, RIGHT, PartitionJoin
 from tables.pipeline import Batch, TableView, record_keys_and_times
 from tables.windows import (
     AnyWindow,
+    Hopping,
     Session,
     Tumbling,
     WindowIndex,
@@ -56,7 +57,7 @@ class Rows:
     """A step's records as columns (``keys``, ``times``, ``index``: None when no later
     step needs them). ``topic``: the source topic ``index`` points into."""
 
-    __slots__ = ("index", "keys", "times", "topic", "values")
+    __slots__ = ("firsts", "index", "keys", "times", "topic", "values")
 
     def __init__(
         self,
@@ -65,12 +66,16 @@ class Rows:
         times: list[int] | None = None,
         index: list[int] | None = None,
         topic: str | None = None,
+        firsts: list[int] | None = None,
     ) -> None:
         self.values = values
         self.keys = keys
         self.times = times
         self.index = index
         self.topic = topic
+        #: per record, the start of the first of its hopping windows its grace leaves
+        #: open (None: all of them are)
+        self.firsts = firsts
 
     def __len__(self) -> int:
         return len(self.values)
@@ -85,6 +90,7 @@ class Rows:
             pick(self.times),
             pick(self.index),
             self.topic,
+            pick(self.firsts),
         )
 
     def expand(self, parts: list[list[Any]]) -> Rows:
@@ -102,6 +108,7 @@ class Rows:
             spread(self.times),
             spread(self.index),
             self.topic,
+            spread(self.firsts),
         )
 
 
@@ -449,24 +456,48 @@ class Runner:
 
     # -- aggregations ------------------------------------------------------------------------
 
-    def _grace_filter(
-        self, batch: Batch, node: Node, rows: Rows, sources: dict[str, Rows]
-    ) -> list[bool] | None:
-        """Per record, whether its windows may still take it; None when the window has
-        no grace. A record is too late for a window that ended ``grace`` or more before
-        its source partition's event time (the largest seen, itself included)."""
+    def _in_grace(self, batch: Batch, node: Node, rows: Rows, sources: dict[str, Rows]) -> Rows:
+        """The records their windows' grace still lets in, the others counted late (once
+        per window they miss). Each window is judged alone: a window is closed to a
+        record once it ended ``grace`` or more before the record's source partition's
+        event time (the largest seen, itself included). A record keeps the hopping
+        windows still open (:attr:`Rows.firsts`); a session record opens a session that
+        stays open ``gap`` after it (the gap in which another record would extend it),
+        so it is late once its time is ``gap + grace`` or more behind."""
         window = self.plan.window(node)
         grace = None if window is None else window.grace_ms
         if grace is None or window is None:
-            return None
+            return rows
         assert rows.topic is not None
         assert rows.index is not None
         assert rows.times is not None
-        times = self._stream_times(batch, rows.topic, sources)
-        return [
-            all(window.end(start) + grace > times[i] for start in window.starts(t))
-            for i, t in zip(rows.index, rows.times, strict=True)
-        ]
+        times = rows.times
+        stream_times = self._stream_times(batch, rows.topic, sources)
+        limits = [stream_times[i] - grace for i in rows.index]  # ends up to it are closed
+        late = 0
+        if isinstance(window, Hopping):
+            size = window.size_ms
+            firsts: list[int] = []
+            keep: list[bool] = []
+            for t, limit in zip(times, limits, strict=True):
+                starts = window.starts(t)
+                open_ = [start for start in starts if start + size > limit]
+                late += len(starts) - len(open_)
+                keep.append(bool(open_))
+                firsts.append(open_[0] if open_ else 0)
+            if late:
+                rows = Rows(rows.values, rows.keys, rows.times, rows.index, rows.topic, firsts)
+        else:
+            reach = window.gap_ms if isinstance(window, Session) else 0
+            keep = [
+                window.end(window.starts(t)[0]) + reach > limit
+                for t, limit in zip(times, limits, strict=True)
+            ]
+            late = keep.count(False)
+        if not late:
+            return rows
+        batch.counts[f"{self.plan.topology.name}.{node.name}.late"] += late
+        return rows.select(keep) if not all(keep) else rows
 
     def _stream_times(self, batch: Batch, topic: str, sources: dict[str, Rows]) -> dict[int, int]:
         """Each source record's partition event time (the largest seen up to it), kept
@@ -510,12 +541,7 @@ class Runner:
         params = node.params
         aggregation: Aggregation = params["aggregation"]
         window = self.plan.window(node)
-        late = self._grace_filter(batch, node, rows, sources)
-        if late is not None:
-            dropped = late.count(False)
-            if dropped:
-                batch.counts[f"{self.plan.topology.name}.{node.name}.late"] += dropped
-                rows = rows.select(late)
+        rows = self._in_grace(batch, node, rows, sources)
         key_fn = params["key"]
         new_keys: list[Any] = rows.values if key_fn is None else list(map(key_fn, rows.values))
         items: list[list[Any]]
@@ -526,6 +552,9 @@ class Runner:
                 [text_key(k), t, encode_stored(encode(v))]
                 for k, t, v in zip(new_keys, times, rows.values, strict=False)
             ]
+            if rows.firsts is not None:  # the hopping windows the grace left open
+                for item, first in zip(items, rows.firsts, strict=True):
+                    item.append(first)
             self._send_items(batch, node, VALUES, items)
             return
         if window is None:
@@ -544,10 +573,12 @@ class Runner:
                 ]
                 windowed_values = rows.values
             else:
-                for k, t, v in zip(new_keys, rows.times, rows.values, strict=True):
+                firsts = rows.firsts or repeat(0)
+                for k, t, v, first in zip(new_keys, rows.times, rows.values, firsts, strict=False):
                     for start in window.starts(t):
-                        windowed_keys.append((k, start))
-                        windowed_values.append(v)
+                        if start >= first:
+                            windowed_keys.append((k, start))
+                            windowed_values.append(v)
             combined = _combine(aggregation, windowed_keys, windowed_values)
             items = [[k, start, a] for (k, start), a in combined.items()]
         forms = self._forms(node)
@@ -591,19 +622,17 @@ class Runner:
             self._merge_into(batch, node, combined)
         if values:
             parse = node.parents[0].value_type.parse
-            keys = [k.encode("utf-8") for k, _t, _v in values]
-            times = [int(t) for _k, t, _v in values]
-            decoded = [parse(decode_stored(v), 1 << 62) for _k, _t, v in values]
-            self._fold(batch, node, Rows(decoded, keys, times))
+            keys = [item[0].encode("utf-8") for item in values]
+            times = [int(item[1]) for item in values]
+            decoded = [parse(decode_stored(item[2]), 1 << 62) for item in values]
+            # an item's fourth field: its first hopping window the grace left open
+            firsts = [int(item[3]) if len(item) > 3 else 0 for item in values]
+            found = Rows(decoded, keys, times, firsts=firsts if any(firsts) else None)
+            self._fold(batch, node, found)
 
     def _apply(self, batch: Batch, node: Node, rows: Rows, sources: dict[str, Rows]) -> None:
         """Records aggregated where they are (grouped by their own key)."""
-        late = self._grace_filter(batch, node, rows, sources)
-        if late is not None:
-            dropped = late.count(False)
-            if dropped:
-                batch.counts[f"{self.plan.topology.name}.{node.name}.late"] += dropped
-                rows = rows.select(late)
+        rows = self._in_grace(batch, node, rows, sources)
         if rows.keys is not None and None in rows.keys:
             keyed = [k is not None for k in rows.keys]
             if rows.index is not None and rows.topic is not None:
@@ -640,9 +669,12 @@ class Runner:
             horizon, index = self._expiry(batch, node, table)
             groups = {}
             expired = 0
-            for k, t, v in zip(rows.keys, rows.times, rows.values, strict=True):
+            firsts = rows.firsts or repeat(0)
+            for k, t, v, first in zip(rows.keys, rows.times, rows.values, firsts, strict=False):
                 text = k.decode("utf-8")  # type: ignore[union-attr]
                 for start in window.starts(t):
+                    if start < first:
+                        continue  # closed to it by its grace (counted where it was read)
                     end = window.end(start)
                     if end <= horizon:
                         expired += 1

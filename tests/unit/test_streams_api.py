@@ -305,6 +305,49 @@ def test_a_record_later_than_its_windows_grace_is_dropped_by_its_partitions_even
     assert driver.engine.figures.steps["views.hourly.late"] == 1
 
 
+@pytest.mark.parametrize("through_repartition", [False, True])
+@pytest.mark.parametrize("merge", [True, False])
+def test_a_late_record_misses_only_the_hopping_windows_its_grace_has_closed(
+    through_repartition: bool, merge: bool
+) -> None:
+    topology = Topology("t")
+    clicks = topology.source("clicks", Json, key="user", timestamp="ts")
+    grouped = clicks.group_by(lambda c: c["user"]) if through_repartition else clicks.group_by_key()
+    windowed = grouped.window_by(Hopping(10_000, 5_000, grace=2_000))
+    if merge:
+        windowed.sum("amounts", lambda c: c["amount"])
+    else:  # values cross the repartition one by one, each with its open windows
+        windowed.aggregate("amounts", lambda: 0, lambda k, c, total: total + c["amount"])
+    driver = TestDriver(topology, partitions=2, now_ms=T0)
+    driver.produce("clicks", {"user": "ann", "ts": T0 + 7_000, "amount": 100}, key="ann")
+    # event time T0 + 7 s: [T0 - 5 s, T0 + 5 s) ended 2 s ago, as long as the grace: closed;
+    # [T0, T0 + 10 s) is open
+    driver.produce("clicks", {"user": "ann", "ts": T0 + 3_000, "amount": 1}, key="ann")
+    driver.run()
+    windows = {w["start"] - T0: w["value"] for w in driver.windows("amounts", "ann")}
+    assert windows == {0: 101, 5_000: 100}
+    assert driver.engine.figures.steps["t.amounts.late"] == 1  # one window missed
+
+
+def test_a_session_record_is_late_only_once_its_gap_and_grace_have_passed() -> None:
+    topology = Topology("t")
+    events = topology.source("events", Json, key="k", timestamp="ts")
+    events.group_by_key().window_by(Session(30_000, grace=1_000)).count("sessions")
+    driver = TestDriver(topology, partitions=1, now_ms=T0)
+    for key, ts in (("a", 0), ("a", 9_500), ("b", 10_000), ("a", 5_000)):
+        driver.produce("events", {"k": key, "ts": T0 + ts}, key=key)
+    driver.produce("events", {"k": "b", "ts": T0 + 100_000}, key="b")
+    # event time T0 + 100 s: a session that a record opens stays open 30 s (the gap) and
+    # then 1 s (the grace), so one after T0 + 69 s still counts and one at T0 + 68 s is late
+    driver.produce("events", {"k": "c", "ts": T0 + 69_001}, key="c")
+    driver.produce("events", {"k": "c", "ts": T0 + 68_000}, key="c")
+    driver.run()
+    [a] = driver.windows("sessions", "a")
+    assert (a["start"] - T0, a["value"]) == (0, 3)
+    assert [w["value"] for w in driver.windows("sessions", "c")] == [1]
+    assert driver.engine.figures.steps["t.sessions.late"] == 1
+
+
 # -- joins -----------------------------------------------------------------------------------
 
 
