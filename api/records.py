@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from api.schemas import ProduceRecord
-from core.values import Bytes, InvalidEvent, check_key, field_of, utf8
+from core.values import Bytes, InvalidEvent, check_key, event_time, required_field, utf8
 from tables.pipeline import SourceSpec
 
 
@@ -54,10 +54,12 @@ def check_raw(
     value_type = Bytes if spec is None else spec.value
     value = value_type.parse(raw, max_bytes)
     if spec is not None and spec.key is not None:
-        expected = str(field_of(value, spec.key))
+        expected = str(required_field(value, spec.key))
         if key is None:
             key = utf8(expected, "key")
         check_key(key, expected, spec.key)
+    if spec is not None and spec.timestamp is not None:
+        event_time(value, spec.timestamp)
     return Outgoing(key, raw)
 
 

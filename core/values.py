@@ -366,6 +366,37 @@ def field_of(value: Any, name: str) -> Any:
     return getattr(value, name, None)
 
 
+#: The latest event time a record may carry (ms): the end of year 9999, as the query
+#: routes' times.
+MAX_EVENT_TIME_MS = 253_402_300_799_999
+
+_MISSING: Any = object()
+
+
+def required_field(value: Any, name: str) -> Any:
+    """:func:`field_of`, or InvalidEvent when the value has no such field."""
+    is_object = isinstance(value, dict)
+    found = value.get(name, _MISSING) if is_object else getattr(value, name, _MISSING)
+    if found is _MISSING:
+        raise InvalidEvent(f"{name}: Field required")
+    return found
+
+
+def event_time(value: Any, name: str) -> int:
+    """A record's event time from its field ``name``: whole milliseconds since the epoch,
+    from 0 to :data:`MAX_EVENT_TIME_MS`, else InvalidEvent saying what is wrong."""
+    found = required_field(value, name)
+    kind = type(found)
+    shown = repr(found)[:40]
+    if not (kind is int or (kind is float and found.is_integer())):
+        raise InvalidEvent(f"{name}: the event time must be whole milliseconds, not {shown}")
+    if not 0 <= found <= MAX_EVENT_TIME_MS:
+        raise InvalidEvent(
+            f"{name}: the event time {shown} ms is out of range (0 to {MAX_EVENT_TIME_MS})"
+        )
+    return int(found)
+
+
 def check_key(key: bytes | None, expected: str, field_name: str) -> None:
     """A keyed topic's record key must equal the field it is partitioned by."""
     if key is None:

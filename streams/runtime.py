@@ -30,7 +30,18 @@ from typing import Any
 import orjson
 
 from core.topics import partition_for
-from core.values import InvalidEvent, JsonType, Model, TextType, Typed, ValueType, check_key
+from core.values import (
+    MAX_EVENT_TIME_MS,
+    InvalidEvent,
+    JsonType,
+    Model,
+    TextType,
+    Typed,
+    ValueType,
+    check_key,
+    event_time,
+    required_field,
+)
 from streams.compile import Plan, Root, Sink, join_tables, state_table
 from streams.topology import Aggregation, Node
 from tables.join import LEFT, RIGHT, PartitionJoin
@@ -861,19 +872,19 @@ def _checked(
             index.append(i)
             times.append(stamp)
             continue
-        if key_of is not None:
-            assert key_field is not None
-            expected = key_of(value)
-            if key is None or key != str(expected).encode("utf-8"):
-                try:
-                    check_key(key, str(expected), key_field)
-                except InvalidEvent as error:
-                    refused.append((i, error.reason))
-                    continue
+        try:
+            if key_field is not None:
+                expected = str(required_field(value, key_field))
+                if key is None or key != expected.encode("utf-8"):
+                    check_key(key, expected, key_field)
+            time = stamp if ts_field is None else event_time(value, ts_field)
+        except InvalidEvent as error:
+            refused.append((i, error.reason))
+            continue
         values.append(value)
         keys.append(key)
         index.append(i)
-        times.append(stamp if time_of is None else int(time_of(value)))
+        times.append(time)
     return Rows(values, keys, times, index, topic), refused
 
 
@@ -897,9 +908,15 @@ def _all_valid(
             expected = list(map(str.encode, map(str, map(key_of, parsed))))
             if expected != list(record_keys):
                 return None
-        return list(stamps) if time_of is None else list(map(int, map(time_of, parsed)))
+        if time_of is None:
+            return list(stamps)
+        times = list(map(time_of, parsed))
     except Exception:  # a value without such a field: judged one by one
         return None
+    # whole milliseconds in range (a float, a text or a bool is judged one by one)
+    if set(map(type, times)) != {int} or min(times) < 0 or max(times) > MAX_EVENT_TIME_MS:
+        return None
+    return times
 
 
 class Parser:

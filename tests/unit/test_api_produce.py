@@ -415,3 +415,31 @@ def test_each_documented_request_example_is_accepted(example_name: str, topic: s
     example = examples[example_name]
     answer = TestClient(api, headers=AUTH).post(f"/topics/{topic}/records", json=example["value"])
     assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ({"user": "ann"}, "ts: Field required"),
+        ({"user": "ann", "ts": "12"}, "ts: the event time must be whole milliseconds, not '12'"),
+        ({"user": "ann", "ts": True}, "ts: the event time must be whole milliseconds, not True"),
+        ({"user": "ann", "ts": 1.5}, "ts: the event time must be whole milliseconds, not 1.5"),
+        (
+            {"user": "ann", "ts": -1},
+            "ts: the event time -1 ms is out of range (0 to 253402300799999)",
+        ),
+        ({"ts": 5}, "user: Field required"),
+    ],
+)
+def test_a_json_topics_key_and_time_fields_are_checked_as_the_stream_checks_them(
+    value: dict[str, Any], reason: str
+) -> None:
+    from api.records import check
+    from core.values import Json
+    from tables.pipeline import SourceSpec
+
+    spec = SourceSpec("clicks", Json, key="user", timestamp="ts")
+    with pytest.raises(InvalidEvent) as refused:
+        check(spec, None, value, 1 << 20)
+    assert refused.value.reason == reason
+    assert check(spec, None, {"user": "ann", "ts": 5.0}, 1 << 20).key == b"ann"

@@ -137,6 +137,33 @@ def test_an_aggregate_with_no_json_encoding_dead_letters_its_records_and_the_res
     assert driver.table("seen") == {"even": [2, 4, 6]}
 
 
+def test_a_record_whose_event_time_field_is_wrong_is_dead_lettered_once_with_the_reason() -> None:
+    topology = Topology("t")
+    events = topology.source("events", Json, key="k", timestamp="t")
+    events.group_by_key().count("counts")
+    events.group_by_key().window_by(Tumbling(60_000)).count("per_minute")
+    driver = TestDriver(topology, partitions=1, now_ms=T0)
+    wrong = [
+        {"k": "a"},
+        {"k": "a", "t": "soon"},
+        {"k": "a", "t": None},
+        {"k": "a", "t": 1.5e300},
+        b'{"k": "a", "t": 100000000000000000000}',
+    ]
+    for value in [{"k": "a", "t": T0}, *wrong, {"k": "a", "t": float(T0 + 1)}]:
+        driver.produce("events", value, key="a")
+    driver.run()
+    assert driver.table("counts") == {"a": 2}
+    assert [w["value"] for w in driver.windows("per_minute", "a")] == [2]
+    assert [d.reason for d in driver.dead_letters("events")] == [
+        "t: Field required",
+        "t: the event time must be whole milliseconds, not 'soon'",
+        "t: the event time must be whole milliseconds, not None",
+        "t: the event time 1.5e+300 ms is out of range (0 to 253402300799999)",
+        "t: the event time 1e+20 ms is out of range (0 to 253402300799999)",
+    ]
+
+
 # -- aggregations ------------------------------------------------------------------------
 
 
