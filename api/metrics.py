@@ -7,7 +7,7 @@ faust already keeps (consumer positions, restore progress, dead letters) are rea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -38,6 +38,23 @@ def _safe(call: Any, default: Any = None) -> Any:
         return call()
     except Exception:  # faust raises various errors before the first assignment
         return default
+
+
+def window_drops(steps: Mapping[str, int]) -> CounterMetricFamily:
+    """The records windowed aggregations left out, from the engine's step counts
+    (``<topology>.<step>.late`` and ``.expired``)."""
+    dropped = CounterMetricFamily(
+        "streamstate_window_records_dropped",
+        "Records a windowed aggregation left out of a window, by step (topology.step) "
+        "and reason: later than the window's grace (late, once per window missed), or "
+        "for a window past its retention (expired).",
+        labels=["step", "reason"],
+    )
+    for name, n in sorted(steps.items()):
+        step, _, reason = name.rpartition(".")
+        if reason in ("late", "expired"):
+            dropped.add_metric([step, reason], n)
+    return dropped
 
 
 class WorkerCollector(Collector):
@@ -109,6 +126,7 @@ class WorkerCollector(Collector):
         for cause, n in sorted(figures.retries.items()):
             retries.add_metric([cause], n)
         yield retries
+        yield window_drops(figures.steps)
         yield from self._stalled(engine)
 
     def _stalled(self, engine: Any) -> Iterator[Any]:

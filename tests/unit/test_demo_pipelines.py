@@ -96,7 +96,7 @@ def expected_tables(truth: Truth) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("crash", [None, "before_kafka", "before_the_store"])
+@pytest.mark.parametrize("crash", [None, "before_kafka", "halfway_into_kafka", "before_the_store"])
 def test_exactly_once_every_table_and_pair_equals_the_truth(crash: str | None) -> None:
     driver, crashes = demo_run(exactly_once=True, seed=3, steps=60, crash=crash)
     assert (crashes > 0) is (crash is not None)

@@ -375,6 +375,39 @@ def test_a_session_record_is_late_only_once_its_gap_and_grace_have_passed() -> N
     assert driver.engine.figures.steps["t.sessions.late"] == 1
 
 
+def test_late_and_expired_records_reach_the_workers_metrics() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from api.metrics import window_drops
+
+    topology, views = views_topology()
+    minutes = Tumbling(timedelta(minutes=1), grace=timedelta(0), retention=timedelta(hours=1))
+    views.group_by_key().window_by(minutes).count("per_minute")
+    driver = TestDriver(topology, partitions=1, now_ms=T0 + 30 * MINUTE)
+    driver.produce("views", view("bob", T0 - 2 * 60 * MINUTE), key="bob")  # expired
+    driver.produce("views", view("ann", T0 + 5 * MINUTE), key="ann")
+    driver.produce("views", view("ann", T0 + 2 * MINUTE), key="ann")  # late
+    driver.run()
+    ann = T0 + 5 * MINUTE
+    assert driver.table("per_minute") == {("ann", ann - ann % MINUTE): 1}
+
+    class Steps:  # the family the worker's collector gives, on the driver's engine
+        def collect(self) -> Any:
+            yield window_drops(driver.engine.figures.steps)
+
+    registry = CollectorRegistry()
+    registry.register(Steps())  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
+    assert (
+        'streamstate_window_records_dropped_total{reason="late",step="views.per_minute"} 1.0'
+        in text
+    )
+    assert (
+        'streamstate_window_records_dropped_total{reason="expired",step="views.per_minute"} 1.0'
+        in text
+    )
+
+
 # -- joins -----------------------------------------------------------------------------------
 
 
@@ -446,6 +479,14 @@ def test_a_windowed_stream_join_pairs_records_within_the_window_and_left_joins_t
     results = Counter(tuple(r.json()) for r in driver.outputs("fulfilment"))
     assert results[("o2", None)] == 1
     assert results[("o1", "ups")] == 1
+    # the join's own tables read as any other: the buffer by join key; the index holds
+    # the watermarks and chunks under binary keys, which stay bytes
+    [buffer] = [name for name in driver.specs if name.endswith("-join-buffer")]
+    [index] = [name for name in driver.specs if name.endswith("-join-index")]
+    assert set(driver.table(buffer)) == {"o9"}
+    keys = set(driver.table(index))
+    assert {"wl", "wr"} <= keys
+    assert any(isinstance(key, bytes) for key in keys)
 
 
 # -- mistakes, named by step ------------------------------------------------------------------
