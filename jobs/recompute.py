@@ -472,8 +472,10 @@ def summary(report: dict[str, Any]) -> str:
             f"{entry['missing_in_stream']:>19}{entry['missing_in_batch']:>18}"
         )
         for example in entry["examples"][:3]:
+            window = example.get("window")
+            at = "" if window is None else f" window [{window['start']}, {window['end']})"
             lines.append(
-                f"      {example['status']}: {example['key']!r}"
+                f"      {example['status']}: {example['key']!r}{at}"
                 f" batch={_short(example['batch'])} stream={_short(example['stream'])}"
             )
         reason = entry.get("recompute", {}).get("order_dependent")

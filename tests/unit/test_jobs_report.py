@@ -96,6 +96,13 @@ def test_summary_names_counts_examples_lag_and_result() -> None:
     assert "no differences (exit 0)" in summary(report(inventory=entry()))
 
 
+def test_summary_names_the_window_of_a_windowed_example() -> None:
+    windowed = entry(1)
+    windowed["examples"][0]["window"] = {"start": 3_600_000, "end": 7_200_000}
+    text = summary(report(per_hour=windowed))
+    assert "mismatched: 'fox' window [3600000, 7200000) batch=1 stream=2" in text
+
+
 def test_summary_names_tables_not_recomputed_and_why_others_may_differ() -> None:
     found = report(firsts=entry())
     found["tables"]["firsts"]["recompute"]["order_dependent"] = "folds values as they interleave"
