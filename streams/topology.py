@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt
 
-from core.values import Bytes, Json, Typed, ValueType
+from core.values import Bytes, BytesType, Json, Model, TextType, Typed, ValueType
 from tables.join import JoinWindow
 from tables.windows import AnyWindow, Session
 
@@ -111,6 +111,24 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
+def _check_field(
+    topology: str, where: str, value: ValueType[Any], what: str, field_name: str
+) -> None:
+    """A source's key or timestamp field must be one its values can have."""
+    if isinstance(value, (TextType, BytesType)):
+        raise TopologyError(
+            f"topology {topology!r}, {where}: {what}={field_name!r} names a field, and "
+            f"{value.name} values have none"
+        )
+    if isinstance(value, Model):
+        fields = value.model.model_fields
+        if field_name not in fields:
+            raise TopologyError(
+                f"topology {topology!r}, {where}: {what}={field_name!r} is not a field of "
+                f"{value.name} (its fields: {', '.join(fields)})"
+            )
+
+
 def _callable(node_name: str, topology: Topology, what: str, fn: Any) -> None:
     if not callable(fn):
         raise TopologyError(
@@ -165,6 +183,9 @@ class Topology:
                 f"topology {self.name!r}, source {topic!r}: {value!r} is not a value type "
                 "(Text, Json, Bytes, Model(...) or an object with parse/encode/from_json)"
             )
+        for what, field_name in (("key", key), ("timestamp", timestamp)):
+            if field_name is not None:
+                _check_field(self.name, f"source {topic!r}", value, what, field_name)
         params = {"topic": topic, "key": key, "timestamp": timestamp, "tombstones": tombstones}
         found = self.sources.get(topic)
         if found is not None:
@@ -195,6 +216,8 @@ class Topology:
             raise TopologyError(
                 f"topology {self.name!r}: global table {table_name!r}: versions < 1"
             )
+        if key is not None:
+            _check_field(self.name, f"global table {table_name!r}", value, "key", key)
         table = GlobalTable(self, table_name, topic, value, key, versions)
         self.globals[table_name] = table
         return table
@@ -368,6 +391,11 @@ class Stream:
         key; the aggregation combines them per batch before they do, where it can."""
         if key is not None:
             _callable(name or "group_by", self.topology, "group_by's key", key)
+        elif isinstance(self.node.value_type, (Model, BytesType)):
+            raise self.node.fail(
+                f"group_by() without a key groups by the value itself, which must be text, "
+                f"and its values are {self.node.value_type.name}: give group_by a key function"
+            )
         return GroupedStream(self, key, True, name)
 
     def group_by_key(self) -> GroupedStream:

@@ -511,6 +511,28 @@ def test_mistakes_in_a_declaration_name_the_topology_and_the_step() -> None:
         topology.source("other", str)  # type: ignore[arg-type]
 
 
+def test_a_source_field_its_values_cannot_have_fails_at_declaration() -> None:
+    topology = Topology("t")
+    with pytest.raises(TopologyError) as wrong:
+        topology.source("views", Model(View), key="usr", timestamp="ts")
+    assert str(wrong.value) == (
+        "topology 't', source 'views': key='usr' is not a field of View "
+        "(its fields: user, page, ts)"
+    )
+    with pytest.raises(TopologyError) as text:
+        topology.source("lines", Text, timestamp="ts")
+    assert "timestamp='ts' names a field, and text values have none" in str(text.value)
+    with pytest.raises(TopologyError):
+        topology.global_table("accounts", Model(Account), key="id")
+    views = topology.source("views", Model(View), key="user", timestamp="ts")
+    with pytest.raises(TopologyError) as keyless:
+        views.group_by()
+    assert str(keyless.value) == (
+        "topology 't', step 'source(views)': group_by() without a key groups by the value "
+        "itself, which must be text, and its values are View: give group_by a key function"
+    )
+
+
 def test_a_stream_join_after_a_flat_map_fails_at_compile_naming_the_join() -> None:
     topology, views = views_topology()
     pages = views.flat_map(lambda v: [v, v], value_type=Model(View))
