@@ -18,7 +18,7 @@ them from the same declaration. :class:`streams.testing.TestDriver` runs a topol
 process, without a broker. See docs/streams.md.
 """
 
-from core.values import Bytes, InvalidEvent, Json, Model, Text, ValueType
+from core.values import Bytes, InvalidEvent, Json, Model, Text, Typed, ValueType
 from streams.compile import Compiled, compile_all, compile_topology
 from streams.topology import GlobalTable, GroupedStream, Stream, Table, Topology, TopologyError
 from tables.join import JoinWindow
@@ -46,6 +46,7 @@ __all__ = [
     "Topology",
     "TopologyError",
     "Tumbling",
+    "Typed",
     "ValueType",
     "compile_all",
     "compile_topology",

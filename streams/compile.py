@@ -169,6 +169,8 @@ def _requires(
             return frozenset(("keys", "index", "times") if windowed else ("keys", "index"))
         combined = node.params["aggregation"].merge is not None
         found: set[Column] = set()
+        if node.params.get("by_key"):  # re-keyed by key_by: the new keys cross
+            found.update(("keys", "index"))
         if windowed or not combined:
             found.add("times")
         if _grace(node) is not None:
@@ -210,9 +212,13 @@ def _check(plan: Plan) -> None:
                         )
         vectorized = node.op == "flat_map" and node.params.get("vectorized")
         if vectorized and (needs := plan.needs.get(node.id)):
+            kept = {"keys": "keys", "times": "event times", "index": "source records"}
+            lost = " or ".join(kept.get(n, n) for n in sorted(needs))
             raise node.fail(
-                "a vectorized flat_map keeps no record's "
-                f"{' or '.join(sorted(needs))}, which a later step needs"
+                f"a vectorized flat_map does not know which record each result came from, "
+                f"and a later step needs their {lost} (an output is timed by its source "
+                "record, and keyed by it unless to() has key=): use flat_map without "
+                "vectorized=, or count or aggregate its results with group_by()"
             )
         window = node.params.get("window") if node.op == "aggregate" else None
         if window is not None and window.grace_ms is not None and _upstream_op(node, "join_stream"):
@@ -495,9 +501,20 @@ def compile_all(items: Iterable[Any], context: Context) -> tuple[list[Pipeline],
     by one pipeline only: the first that reads it."""
     pipelines: list[Pipeline] = []
     globals_: list[GlobalTable] = []
+    writers: dict[str, str] = {}  # table -> the topology that writes it
+    names: set[str] = set()
     for item in items:
         if isinstance(item, Topology):
+            if item.name in names:  # their internal tables and topics would be shared
+                raise TopologyError(f"two topologies are named {item.name!r}")
+            names.add(item.name)
             compiled = compile_topology(item, context)
+            for table in {spec.name for p in compiled.pipelines for spec in p.writes}:
+                other = writers.setdefault(table, item.name)
+                if other != item.name:
+                    raise TopologyError(
+                        f"table {table!r} is written by topologies {other!r} and {item.name!r}"
+                    )
             pipelines += compiled.pipelines
             globals_ += compiled.globals
         elif isinstance(item, Pipeline):

@@ -23,7 +23,7 @@ import base64
 import functools
 import operator
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, compress, repeat
 from typing import Any
 
@@ -461,9 +461,16 @@ class Runner:
             keys = (None if k is None else key_bytes(k) for k in map(key_fn, rows.values))
         value_type = node.value_type if value_fn is None else None
         values = rows.values if value_fn is None else list(map(value_fn, rows.values))
-        # Timed by the engine: the inputs' timestamp where the topic takes it.
-        for key, value in zip(keys, values, strict=False):
-            batch.send(topic, key, to_bytes(value, value_type))
+        # Timed by the engine, by each record's input (where its topic takes that time):
+        # the source record it came from, or a join's later record.
+        inputs: Iterable[int | None]
+        if rows.index is not None and rows.topic is not None:
+            records = batch.of(rows.topic)
+            inputs = [records[i].timestamp for i in rows.index]
+        else:
+            inputs = rows.times or repeat(None)
+        for key, value, input_ms in zip(keys, values, inputs, strict=False):
+            batch.send(topic, key, to_bytes(value, value_type), input_ms=input_ms)
 
     # -- aggregations ------------------------------------------------------------------------
 
@@ -554,7 +561,13 @@ class Runner:
         window = self.plan.window(node)
         rows = self._in_grace(batch, node, rows, sources)
         key_fn = params["key"]
-        new_keys: list[Any] = rows.values if key_fn is None else list(map(key_fn, rows.values))
+        new_keys: list[Any]
+        if params.get("by_key"):  # the keys key_by gave
+            rows = self._keyed(batch, node, rows)
+            assert rows.keys is not None
+            new_keys = [k.decode("utf-8") for k in rows.keys]  # type: ignore[union-attr]
+        else:
+            new_keys = rows.values if key_fn is None else list(map(key_fn, rows.values))
         items: list[list[Any]]
         if aggregation.merge is None:
             encode = node.parents[0].value_type.encode
@@ -643,18 +656,7 @@ class Runner:
 
     def _apply(self, batch: Batch, node: Node, rows: Rows, sources: dict[str, Rows]) -> None:
         """Records aggregated where they are (grouped by their own key)."""
-        rows = self._in_grace(batch, node, rows, sources)
-        if rows.keys is not None and None in rows.keys:
-            keyed = [k is not None for k in rows.keys]
-            if rows.index is not None and rows.topic is not None:
-                records = batch.of(rows.topic)
-                for i, ok in zip(rows.index, keyed, strict=True):
-                    if not ok:
-                        batch.dead_letter(
-                            records[i],
-                            f"key: missing; {node.params['table']} groups records by their key",
-                        )
-            rows = rows.select(keyed)
+        rows = self._keyed(batch, node, self._in_grace(batch, node, rows, sources))
         window = self.plan.window(node)
         aggregation: Aggregation = node.params["aggregation"]
         if isinstance(window, Session):
@@ -665,6 +667,22 @@ class Runner:
             self._merge_into(batch, node, items)
             return
         self._fold(batch, node, rows)
+
+    def _keyed(self, batch: Batch, node: Node, rows: Rows) -> Rows:
+        """The records that have a key, for an aggregation that groups by it: the others
+        go to their dead-letter topic."""
+        if rows.keys is None or None not in rows.keys:
+            return rows
+        keyed = [k is not None for k in rows.keys]
+        if rows.index is not None and rows.topic is not None:
+            records = batch.of(rows.topic)
+            for i, ok in zip(rows.index, keyed, strict=True):
+                if not ok:
+                    batch.dead_letter(
+                        records[i],
+                        f"key: missing; {node.params['table']} groups records by their key",
+                    )
+        return rows.select(keyed)
 
     def _fold(self, batch: Batch, node: Node, rows: Rows) -> None:
         """Each key's values (in order) folded into its stored aggregate, each key (and

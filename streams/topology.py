@@ -23,7 +23,7 @@ from pydantic import Field, StrictInt
 
 from core.values import Bytes, BytesType, Json, Model, TextType, Typed, ValueType
 from tables.join import JoinWindow
-from tables.windows import AnyWindow, Session
+from tables.windows import AnyWindow, Hopping, Session, Tumbling
 
 Fn = Callable[..., Any]
 Op = Literal[
@@ -111,6 +111,24 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
+#: Characters Kafka allows in a topic name (a table's name is part of its changelog's).
+_TOPIC_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+#: Longest name accepted: Kafka's 249 less what the app id and the suffixes add.
+MAX_NAME = 180
+#: Ends of the names of a topology's internal tables.
+_INTERNAL_ENDS = ("-state", "-join-buffer", "-join-index")
+
+
+def _check_name(topology: str, what: str, name: Any) -> None:
+    """A topic or table name must be one Kafka takes as (part of) a topic name."""
+    if not isinstance(name, str) or not name or not set(name) <= _TOPIC_CHARACTERS:
+        raise TopologyError(
+            f"topology {topology!r}: {what} {name!r}: letters, digits, '.', '_' and '-' only"
+        )
+    if len(name) > MAX_NAME or name in (".", ".."):
+        raise TopologyError(f"topology {topology!r}: {what} {name!r} is not a usable name")
+
+
 def _check_field(
     topology: str, where: str, value: ValueType[Any], what: str, field_name: str
 ) -> None:
@@ -178,6 +196,7 @@ class Topology:
         partitioned by it). ``timestamp``: the field holding the event time in ms (else
         the record's timestamp). ``tombstones``: null values pass as None.
         """
+        _check_name(self.name, "source topic", topic)
         if not isinstance(value, ValueType):
             raise TopologyError(
                 f"topology {self.name!r}, source {topic!r}: {value!r} is not a value type "
@@ -210,6 +229,8 @@ class Topology:
         join reads the value as of the event's time. Invalid records go to the topic's
         dead-letter topic, once; a null value deletes the key."""
         table_name = name or topic
+        _check_name(self.name, "global table topic", topic)
+        _check_name(self.name, "global table", table_name)
         if table_name in self.globals:
             raise TopologyError(f"topology {self.name!r}: global table {table_name!r} twice")
         if versions < 1:
@@ -370,6 +391,7 @@ class Stream:
         """Write each record to ``topic``: keyed by ``key(value)`` (else the record's
         key), its value ``value(value)`` (else the value itself) written as bytes (as
         they are), text (UTF-8) or anything else with the stream's value type."""
+        _check_name(self.topology.name, "output topic", topic)
         for what, fn in (("key", key), ("value", value)):
             if fn is not None:
                 _callable(name or f"to({topic})", self.topology, f"to's {what}", fn)
@@ -400,7 +422,7 @@ class Stream:
 
     def group_by_key(self) -> GroupedStream:
         """Group the records by their key: no repartition unless ``key_by`` changed it."""
-        return GroupedStream(self, None, self._rekeyed(), None)
+        return GroupedStream(self, None, self._rekeyed(), None, by_key=True)
 
     def _rekeyed(self) -> bool:
         node = self.node
@@ -448,6 +470,13 @@ class Stream:
             if fn is not None:
                 _callable(step, self.topology, f"the join's {what}", fn)
         params: dict[str, Any] = {"joiner": joiner, "how": how, "key": key}
+        if isinstance(other, (GlobalTable, Table)):
+            owner = other.topology if isinstance(other, GlobalTable) else other.node.topology
+            if owner is not self.topology:
+                raise self.node.fail(
+                    f"{step}: {other.name!r} belongs to topology {owner.name!r}; declare "
+                    "what a topology joins in that topology"
+                )
         if isinstance(other, GlobalTable):
             if key is None:
                 raise self.node.fail(f"{step}: a join with a global table needs key=")
@@ -487,18 +516,29 @@ class GroupedStream:
         repartition: bool,
         name: str | None,
         window: AnyWindow | None = None,
+        *,
+        by_key: bool = False,
     ) -> None:
         self.stream = stream
         self.key = key
         self.repartition = repartition
         self.name = name
         self.window = window
+        #: grouped by the record key (group_by_key), not by a function of the value
+        self.by_key = by_key
 
     def window_by(self, window: AnyWindow) -> GroupedStream:
         """Aggregate in event-time windows (``Tumbling``, ``Hopping``, ``Session``)."""
         if self.window is not None:
             raise self.stream.node.fail("window_by() twice")
-        return GroupedStream(self.stream, self.key, self.repartition, self.name, window)
+        if not isinstance(window, (Tumbling, Hopping, Session)):
+            raise self.stream.node.fail(
+                f"window_by({window!r:.60}): a window is Tumbling(size), "
+                "Hopping(size, advance) or Session(gap)"
+            )
+        return GroupedStream(
+            self.stream, self.key, self.repartition, self.name, window, by_key=self.by_key
+        )
 
     def count(self, table: str, *, queryable: bool = True) -> Table:
         """How many records each key (and window) has had."""
@@ -573,6 +613,12 @@ class GroupedStream:
         value_type: ValueType[Any] | None,
     ) -> Table:
         topology = self.stream.topology
+        _check_name(topology.name, "table", table)
+        if table.endswith(_INTERNAL_ENDS):
+            raise self.stream.node.fail(
+                f"table {table!r}: names ending in {', '.join(_INTERNAL_ENDS)} are kept for "
+                "the tables a topology keeps itself"
+            )
         if table in topology.tables:
             raise topology.tables[table].fail(f"table {table!r} is written by two aggregations")
         if isinstance(self.window, Session) and aggregation.merge is None:
@@ -587,6 +633,7 @@ class GroupedStream:
             {
                 "table": table,
                 "key": self.key,
+                "by_key": self.by_key,
                 "repartition": self.repartition,
                 "window": self.window,
                 "aggregation": aggregation,

@@ -595,6 +595,9 @@ class Batch:
     #: parsed records of this cycle, shared by every pipeline that reads the same topic
     parses: dict[Any, Any] = field(default_factory=dict)
     outputs: list[Output] = field(default_factory=list)
+    #: output index -> the timestamp of the input it came from, where a step gave one:
+    #: the engine times such an output by it instead of by the batch's latest input
+    input_times: dict[int, int] = field(default_factory=dict)
     #: per source topic, the records sent to its dead-letter topic
     dead_lettered: dict[str, int] = field(default_factory=dict)
     #: records through each named step of the pipeline (the console's rates)
@@ -654,7 +657,13 @@ class Batch:
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: list[tuple[str, bytes]] | None = None,
+        input_ms: int | None = None,
     ) -> None:
+        """Send a record to ``topic``. Without ``timestamp_ms`` the engine times it as
+        Kafka Streams does, by its input: ``input_ms`` (the input record's timestamp),
+        else the latest input of the batch."""
+        if input_ms is not None:
+            self.input_times[len(self.outputs)] = input_ms
         self.outputs.append(Output(topic, key, value, partition, timestamp_ms, headers))
 
     def dead_letter(self, record: SourceRecord, reason: str) -> None:

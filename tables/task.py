@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -156,6 +156,14 @@ class Cycle:
     changes: dict[str, dict[bytes, bytes | None]]
     refusals: list[Refused]
     work: _Work
+
+
+def _produced(batch: Batch, at_ms: int, pipeline: str) -> Iterator[Produced]:
+    """A batch's outputs, each timed by its own input where the step gave it, else by the
+    batch's latest input ``at_ms``."""
+    inputs = batch.input_times
+    for n, out in enumerate(batch.outputs):
+        yield Produced(out, inputs.get(n, at_ms), pipeline, None)
 
 
 def _identity(out: Output) -> tuple[Any, ...]:
@@ -388,7 +396,7 @@ class Task:
             return
         at_ms = max((r.timestamp for rs in records.values() for r in rs), default=-1)
         self._keep(batch, work, None)
-        work.produced.extend(Produced(out, at_ms, pipeline.name, None) for out in batch.outputs)
+        work.produced.extend(_produced(batch, at_ms, pipeline.name))
 
     def _one_by_one(
         self,
@@ -477,7 +485,7 @@ class Task:
             return
         at_ms = max(record.timestamp for record in chunk)
         self._keep(batch, work, None)
-        work.produced.extend(Produced(out, at_ms, pipeline.name, None) for out in batch.outputs)
+        work.produced.extend(_produced(batch, at_ms, pipeline.name))
 
     def _process_one(
         self, pipeline: Pipeline, batch: Batch, record: SourceRecord, work: _Work

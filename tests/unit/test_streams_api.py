@@ -81,6 +81,38 @@ def test_outputs_keep_the_record_timestamp_of_their_source_record() -> None:
     assert (page.key, page.value, page.timestamp) == (b"ann", b"/", T0 - 1)
 
 
+def test_each_output_keeps_its_own_records_timestamp_whatever_the_batch() -> None:
+    topology = Topology("t")
+    topology.source("events", Json).filter(lambda n: n != 1).to("out")
+    stamps = [T0 - 10_000, T0 - 1_000, T0 - 5_000, T0 - 7_000]
+    for fetch in (1000, 1):
+        driver = TestDriver(topology, partitions=1, fetch_records=fetch)
+        for n, stamp in enumerate(stamps):
+            driver.produce("events", n, timestamp=stamp)
+        driver.run()
+        assert [o.timestamp for o in driver.outputs("out")] == [stamps[0], *stamps[2:]]
+
+
+def test_key_by_then_group_by_key_groups_by_the_new_key_through_a_repartition() -> None:
+    topology = Topology("t")
+    words = topology.source("words", Text)
+    words.key_by(lambda w: w[0]).group_by_key().count("by_initial")
+    sales = topology.source("sales", Json)
+    sales.key_by(lambda s: s["shop"], name="by_shop").group_by_key().aggregate(
+        "items", list, lambda shop, sale, items: [*items, sale["item"]]
+    )
+    driver = TestDriver(topology, partitions=3, now_ms=T0)
+    for word in ("apple", "avocado", "banana", "cherry", "apricot"):
+        driver.produce("words", word)
+    for n, shop in enumerate(("s1", "s2", "s1")):
+        driver.produce("sales", {"shop": shop, "item": f"i{n}"})
+    driver.run()
+    assert driver.table("by_initial") == {"a": 3, "b": 1, "c": 1}
+    assert driver.table("items") == {"s1": ["i0", "i2"], "s2": ["i1"]}
+    assert not driver.dead_letters("words")
+    assert not driver.dead_letters("sales")
+
+
 def test_invalid_records_go_to_the_dead_letter_topic_with_the_reason_once() -> None:
     topology, views = views_topology()
     views.group_by_key().count("per_user")
@@ -531,6 +563,46 @@ def test_a_source_field_its_values_cannot_have_fails_at_declaration() -> None:
         "topology 't', step 'source(views)': group_by() without a key groups by the value "
         "itself, which must be text, and its values are View: give group_by a key function"
     )
+
+
+def test_names_windows_and_joins_that_cannot_work_fail_at_declaration() -> None:
+    topology = Topology("t")
+    events = topology.source("events", Json)
+    mistakes = {
+        "topology 't', step 'source(events)': window_by(60000): a window is Tumbling(size), "
+        "Hopping(size, advance) or Session(gap)": lambda: events.group_by_key().window_by(
+            60_000  # type: ignore[arg-type]
+        ),
+        "topology 't': table '': letters, digits, '.', '_' and '-' only": lambda: (
+            events.group_by_key().count("")
+        ),
+        "topology 't': output topic 'my topic/1': letters, digits, '.', '_' and '-' only": (
+            lambda: events.to("my topic/1")
+        ),
+        "topology 't', step 'source(events)': table 't-state': names ending in -state, "
+        "-join-buffer, -join-index are kept for the tables a topology keeps itself": lambda: (
+            events.group_by_key().count("t-state")
+        ),
+    }
+    other = Topology("other")
+    users = other.global_table("users", Json, key="id")
+    mistakes[
+        "topology 't', step 'source(events)': join(users): 'users' belongs to topology "
+        "'other'; declare what a topology joins in that topology"
+    ] = lambda: events.join(users, lambda e, u: u, key=lambda e: "x")
+    for message, mistake in mistakes.items():
+        with pytest.raises(TopologyError) as refused:
+            mistake()
+        assert str(refused.value) == message
+    first, second = Topology("a"), Topology("b")
+    first.source("x", Json).group_by_key().count("c")
+    second.source("y", Json).group_by_key().count("c")
+    with pytest.raises(TopologyError, match="table 'c' is written by topologies 'a' and 'b'"):
+        TestDriver(first, second)
+    again = Topology("a")
+    again.source("z", Json).group_by_key().count("d")
+    with pytest.raises(TopologyError, match="two topologies are named 'a'"):
+        TestDriver(first, again)
 
 
 def test_a_stream_join_after_a_flat_map_fails_at_compile_naming_the_join() -> None:
