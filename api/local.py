@@ -10,6 +10,7 @@ standby), and says which kind of copy answered and how far behind its changelog 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -117,8 +118,12 @@ class LocalCopy:
         return items, len(keys) > limit
 
     def _windowed_items(self, seek: bytes) -> Iterator[tuple[str, Window]]:
+        """The windows from ``seek`` on, but those past the table's retention: they are
+        expired, though their partition removes them only at its next write."""
         window = self.table.window
         assert window is not None
+        retention = self.table.retention_ms
+        horizon = None if retention is None else int(time.time() * 1000) - retention
         for raw_key, raw_value in self.data.items(seek):
             if not raw_key.startswith(seek):
                 break
@@ -127,6 +132,8 @@ class LocalCopy:
                 continue
             name, start_ms, end_s = parsed
             end = window_end_ms(window, start_ms, end_s)
+            if horizon is not None and end <= horizon:
+                continue
             yield name, Window(start_ms, end, orjson.loads(raw_value), raw_key)
 
 

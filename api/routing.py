@@ -42,6 +42,17 @@ class QueryTable:
     copy: GlobalTableService | None = None
     #: The windows of a windowed table.
     window: AnyWindow | None = None
+    #: How long a windowed table keeps a window after it ends (ms): an older one is not
+    #: served, though it stays stored until its partition's next write removes it.
+    retention_ms: int | None = None
+
+
+def window_retention_ms(window: AnyWindow | None, default_days: float) -> int | None:
+    """A windowed table's retention: its window's own, else the worker's default."""
+    if window is None:
+        return None
+    own = window.retention_ms
+    return int(default_days * 86_400_000) if own is None else own
 
 
 def query_tables(worker: WorkerView) -> dict[str, QueryTable]:
@@ -57,6 +68,7 @@ def query_tables(worker: WorkerView) -> dict[str, QueryTable]:
             standby_replicas=settings.table_standby_replicas,
             store=worker.stores[name],
             window=served.window,
+            retention_ms=window_retention_ms(served.window, settings.window_retention_days),
         )
     for name, copy in worker.globals.items():
         found[name] = QueryTable(

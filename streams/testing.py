@@ -42,7 +42,7 @@ from tables.global_table import MemoryGlobalTable
 from tables.limits import TopicLimits
 from tables.pipeline import ERROR_HEADER, Context, Output, Pipeline, Record
 from tables.refusals import SendPlan
-from tables.windows import parse_window_range, window_end_ms
+from tables.windows import AnyWindow, parse_window_range, window_end_ms
 
 #: Where a cycle can crash: before Kafka takes anything; when Kafka has taken half of
 #: the records of a send (at_least_once: no transaction takes them back; the outputs
@@ -510,8 +510,17 @@ class TestDriver:
             else:
                 window = parse_window_range(key)
                 assert window is not None
-                found[(window[0], window[1])] = value
+                if not self._expired(spec.window, window[1], window[2]):
+                    found[(window[0], window[1])] = value
         return found
+
+    def _expired(self, window: AnyWindow, start_ms: int, end_s: float) -> bool:
+        """Whether a window is past its retention by the driver's clock: not read, as
+        the worker serves none, though stored until its partition's next write."""
+        retention = window.retention_ms
+        if retention is None:
+            retention = self.context.window_retention_ms
+        return window_end_ms(window, start_ms, end_s) <= self.now_ms - retention
 
     def windows(self, name: str, key: str) -> list[dict[str, Any]]:
         """A windowed table's windows of ``key``: start, end (exclusive, ms), value."""
@@ -521,6 +530,8 @@ class TestDriver:
         for raw, value in self.tables[name].items():
             window = parse_window_range(raw)
             if window is not None and window[0] == key:
+                if self._expired(spec.window, window[1], window[2]):
+                    continue
                 end = window_end_ms(spec.window, window[1], window[2])
                 found.append({"start": window[1], "end": end, "value": value})
         return sorted(found, key=lambda w: w["start"])

@@ -320,6 +320,20 @@ def test_tumbling_windows_count_by_event_time_and_expire_on_the_wall_clock() -> 
     assert driver.engine.figures.steps["views.per_5m.expired"] == 1
 
 
+def test_a_window_past_its_retention_is_not_read_though_its_partition_is_idle() -> None:
+    topology, views = views_topology()
+    hour = timedelta(hours=1)
+    views.group_by_key().window_by(Tumbling(timedelta(minutes=1), retention=hour)).count("w")
+    driver = TestDriver(topology, partitions=2, now_ms=T0)
+    driver.produce("views", view("ann", T0), key="ann")
+    driver.run()
+    assert len(driver.windows("w", "ann")) == 1
+    driver.advance(2 * 3_600_000)
+    driver.run()  # nothing reaches ann's partition: nothing removes the window yet
+    assert driver.windows("w", "ann") == []
+    assert driver.table("w") == {}
+
+
 def test_hopping_windows_hold_each_record_in_every_window_that_covers_it() -> None:
     topology, views = views_topology()
     views.group_by(lambda v: v.page).window_by(Hopping(10 * MINUTE, 5 * MINUTE)).count("pages")
