@@ -57,6 +57,7 @@ def create_api(worker: WorkerView, core: ApiCore | None = None) -> FastAPI:
     api.state.dead_members = core.dead_members
     api.state.producer = core.producer
     api.state.inputs = core.inputs
+    api.state.ends = core.ends
     api.state.queries = core.queries
     api.state.scans = core.scans
     api.state.changes = core.changes

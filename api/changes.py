@@ -38,11 +38,14 @@ HEARTBEAT_S = 15.0
 QUEUE_SIZE = 4096
 
 
-def event_id(raw: bytes | None) -> str:
-    """The id of an event carrying the value ``raw`` (None: absent)."""
+def event_id(raw: bytes | None, window_key: bytes | None = None) -> str:
+    """The id of an event carrying the value ``raw`` (None: absent), of the window
+    ``window_key`` for a windowed table: a stream resumed with it skips the current
+    value only when that is the same value of the same window."""
     if raw is None:
         return "absent"
-    digest = hashlib.blake2b(raw, digest_size=12).digest()
+    hashed = raw if window_key is None else window_key + b"\x00" + raw
+    digest = hashlib.blake2b(hashed, digest_size=12).digest()
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
@@ -163,7 +166,7 @@ def change_frame(change: Change, position: ReadPosition, *, window: AnyWindow | 
     if change.raw is None:
         return frame("absent", data, event_id(None))
     data["value"] = orjson.loads(change.raw)
-    return frame("change", data, event_id(change.raw))
+    return frame("change", data, event_id(change.raw, change.window_key))
 
 
 async def events(
@@ -250,7 +253,7 @@ class Changes:
         else:
             current.raw = copy.data.get(query.raw)
         first: bytes | None = None
-        if last_event_id is None or last_event_id != event_id(current.raw):
+        if last_event_id is None or last_event_id != event_id(current.raw, current.window_key):
             first = change_frame(current, position_of(current.position), window=window)
         return events(sub, first, position_of, self.hub, window=window)
 

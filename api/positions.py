@@ -109,6 +109,15 @@ class InputEnds:
         first = next((at for end, at in seen if end > offset), seen[0][1])
         return max(0, round((now - first) * 1000))
 
+    def written(self, topic: str, ends: Mapping[int, int], now: float) -> None:
+        """End offsets this worker learned by writing (``POST /topics/{topic}/records``):
+        a bounded read here counts the records at once, not only after the next poll
+        (which other workers wait for). Only an end past the last one seen counts."""
+        for partition, end in ends.items():
+            seen = self._history.get((topic, partition))
+            if seen is not None and (not seen or end > seen[-1][0]):
+                seen.append((end, now))
+
     def observe(self, ends: Mapping[TopicPartition, int], now: float) -> None:
         for tp, end in ends.items():
             seen = self._history.get(tp)
@@ -191,9 +200,9 @@ class Positions:
                 if lag_records is not None:
                     lag_records += end - done
                 lag_ms = max(lag_ms, self.ends.age_ms(topic, partition, done, now))
-        return ReadPosition(
-            partition, seen.applied, lag_records, lag_ms if lag_records else 0, seen.shown
-        )
+        # An unknown lag is unknown in time too: it satisfies no max_lag_ms.
+        age = None if lag_records is None else (lag_ms if lag_records else 0)
+        return ReadPosition(partition, seen.applied, lag_records, age, seen.shown)
 
     def _stored(self, table: str, partition: int, stored: bytes | None) -> _Stored:
         position = Position.decode(stored) if stored is not None else Position()

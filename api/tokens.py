@@ -96,7 +96,11 @@ def decode_token(text: str, app_id: str, *, topics: Collection[str]) -> Token:
     """
     raw = _unbase64(text)
     if raw[0] != VERSION:
-        raise TokenError("bad-version", f"token version {raw[0]} is not {VERSION}")
+        raise TokenError(
+            "bad-version",
+            f"not a token this worker reads: it starts with version {raw[0]}, not {VERSION} "
+            "(give the token a write through POST /topics/{topic}/records answered)",
+        )
     if len(raw) < 1 + _APP_BYTES + _CHECKSUM_BYTES:
         raise TokenError("malformed", f"token of {len(raw)} bytes is too short to be one")
     body, checksum = raw[:-_CHECKSUM_BYTES], raw[-_CHECKSUM_BYTES:]

@@ -60,7 +60,11 @@ TimeoutMs = Annotated[
 ]
 MaxLagRecords = Annotated[
     int | None,
-    Query(ge=0, description="answer only from a copy at most this many input records behind"),
+    Query(
+        ge=0,
+        description="answer only from a copy at most this many input records behind "
+        "(as of the inputs' end offsets, read every 0.5 s)",
+    ),
 ]
 MaxLagMs = Annotated[
     int | None,

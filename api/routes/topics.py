@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
@@ -258,6 +259,9 @@ async def produce(
     positions: dict[int, int] = {}
     for partition, offset in placed:
         positions[partition] = max(positions.get(partition, 0), offset + 1)
+    ends = getattr(request.app.state, "ends", None)
+    if ends is not None:  # bounded reads here count these records at once
+        ends.written(topic, positions, time.monotonic())
     return Produced(
         topic=topic,
         offsets=[RecordOffset(partition=p, offset=o) for p, o in placed],

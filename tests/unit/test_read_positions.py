@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import time
 
-from api.positions import HeldPositions, Positions
+from aiokafka import TopicPartition
+
+from api.positions import HeldPositions, InputEnds, Positions
+from api.queries import Consistency
 from tables.positions import Lineage, Position
 
 
@@ -49,7 +52,24 @@ def test_a_position_is_read_anew_when_the_stored_one_changes_and_lag_follows_the
     upstream = found.of("counts", 1, Position({"lines": {0: 4, 3: 9}}).encode())
     assert upstream.applied == {"lines": {0: 4, 1: 0, 2: 0, 3: 9}}  # every partition feeds it
     assert found.of("totals", 3, None).as_dict()["applied"] == {"lines": {"3": 0}}
-    assert found.of("totals", 3, None).lag_records is None  # the end is not known yet
+    unknown = found.of("totals", 3, None)
+    assert (unknown.lag_records, unknown.lag_ms) == (None, None)  # the end is not known yet
+    refused = Consistency(max_lag_ms=0).beyond(unknown)
+    assert refused == "lag_ms None exceeds max_lag_ms 0"
+
+
+def test_records_a_worker_writes_count_in_its_lag_before_the_next_read_of_the_ends() -> None:
+    ends = InputEnds("127.0.0.1:1", ["lines"], 2, read_committed=False)  # never started
+    now = time.monotonic()
+    ends.observe({TopicPartition("lines", 0): 10}, now - 1.0)
+    ends.written("lines", {0: 12, 1: 3}, now)
+    assert (ends.end("lines", 0), ends.end("lines", 1)) == (12, 3)
+    ends.written("lines", {0: 11}, now)  # an end behind one seen already is no news
+    assert ends.end("lines", 0) == 12
+    copy = Positions(Lineage(frozenset(), {"totals": frozenset({"lines"})}, {}), 2, ["lines"], ends)
+    stale = copy.of("totals", 0, Position({"lines": {0: 10}}).encode())
+    assert stale.lag_records == 2
+    assert Consistency(max_lag_records=0).beyond(stale) is not None
 
 
 def test_held_positions_read_the_store_once_follow_cycles_and_forget_on_revocation() -> None:
