@@ -566,8 +566,18 @@ class Runner:
             rows = self._keyed(batch, node, rows)
             assert rows.keys is not None
             new_keys = [k.decode("utf-8") for k in rows.keys]  # type: ignore[union-attr]
+        elif key_fn is None:
+            new_keys = rows.values
+            if not isinstance(node.parents[0].value_type, TextType) and not (
+                set(map(type, new_keys)) <= {str}
+            ):
+                bad = next(v for v in new_keys if not isinstance(v, str))
+                raise TypeError(
+                    f"group_by() without a key groups by the value, which must be text, "
+                    f"not {type(bad).__name__}: give group_by a key function"
+                )
         else:
-            new_keys = rows.values if key_fn is None else list(map(key_fn, rows.values))
+            new_keys = list(map(key_fn, rows.values))
         items: list[list[Any]]
         if aggregation.merge is None:
             encode = node.parents[0].value_type.encode

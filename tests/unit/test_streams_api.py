@@ -196,6 +196,20 @@ def test_a_record_whose_event_time_field_is_wrong_is_dead_lettered_once_with_the
     ]
 
 
+def test_grouping_json_values_by_themselves_dead_letters_those_that_are_not_text() -> None:
+    topology = Topology("t")
+    topology.source("things", Json).group_by().count("counts")
+    driver = TestDriver(topology, partitions=2)
+    driver.produce_many("things", [b'"a"', {"k": 1}, b'"b"', b'"a"'])
+    driver.run()
+    assert driver.table("counts") == {"a": 2, "b": 1}
+    [dead] = driver.dead_letters("things")
+    assert dead.reason == (
+        "processing failed: TypeError: group_by() without a key groups by the value, which "
+        "must be text, not dict: give group_by a key function"
+    )
+
+
 # -- aggregations ------------------------------------------------------------------------
 
 
