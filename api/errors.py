@@ -43,6 +43,12 @@ class NotFound(QueryError):
     status = 404
 
 
+class RequestTimeout(QueryError):
+    """A request body that did not arrive in time, or whose client left before it did."""
+
+    status = 408
+
+
 class PayloadTooLarge(QueryError):
     """A request body beyond its limits (bytes or records)."""
 

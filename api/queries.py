@@ -346,6 +346,12 @@ class Queries:
                 f"consistent_with: a token of {decoded.topic}, which does not feed "
                 f"{table.name} (fed by {', '.join(sorted(sources)) or 'no source topic'})"
             )
+        beyond = sorted(p for p in decoded.positions if p >= self.positions.partitions)
+        if beyond:
+            raise BadRequest(
+                f"consistent_with: the token names partition {beyond[0]} of {decoded.topic}, "
+                f"which has {self.positions.partitions}"
+            )
         feeding = self.positions.feeding(table.name, decoded.topic, partition)
         wanted = {p: o for p, o in decoded.positions.items() if p in feeding}
         return Consistency(

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from api.queries import MAX_KEY_BYTES
 from api.schemas import ProduceRecord
 from core.values import Bytes, InvalidEvent, check_key, event_time, required_field, utf8
 from tables.pipeline import SourceSpec
@@ -60,6 +61,11 @@ def check_raw(
         check_key(key, expected, spec.key)
     if spec is not None and spec.timestamp is not None:
         event_time(value, spec.timestamp)
+    if key is not None and not 0 < len(key) <= MAX_KEY_BYTES:
+        # A table keyed by it could not be read by this key (GET /tables/{t}/keys/{key}).
+        raise InvalidEvent(
+            f"key: {len(key)} bytes; a key is 1 to {MAX_KEY_BYTES} bytes, as reads take it"
+        )
     return Outgoing(key, raw)
 
 

@@ -17,7 +17,7 @@ from prometheus_client import Counter
 from starlette.requests import ClientDisconnect
 
 from api.deps import Worker, authorize, require_token
-from api.errors import InvalidRecords, NotFound, PayloadTooLarge, QueryError
+from api.errors import InvalidRecords, NotFound, PayloadTooLarge, QueryError, RequestTimeout
 from api.metrics import REGISTRY
 from api.producer import RecordProducer
 from api.records import prepare
@@ -52,7 +52,13 @@ REFUSED = Counter(
     ["topic", "reason"],
     registry=REGISTRY,
 )
-REASONS = {401: "unauthorized", 404: "unknown-topic", 413: "too-large", 422: "invalid"}
+REASONS = {
+    401: "unauthorized",
+    404: "unknown-topic",
+    408: "timeout",
+    413: "too-large",
+    422: "invalid",
+}
 
 #: The topics records may be written to, each with its declared type (None: any value).
 Inputs = dict[str, SourceSpec | None]
@@ -62,6 +68,8 @@ Inputs = dict[str, SourceSpec | None]
 #: client that sends a whole body before it reads the answer (most do) then reads the 413
 #: instead of a connection reset by a server that stopped reading.
 DRAIN_BYTES = 16 * MAX_BODY_BYTES
+#: How long a body of at most MAX_BODY_BYTES may take to arrive.
+BODY_TIMEOUT_S = 10.0
 DRAIN_IDLE_S = 0.2
 DRAIN_TOTAL_S = 2.0
 
@@ -77,12 +85,20 @@ async def read_bounded(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
             await _drain(stream)
         raise PayloadTooLarge(f"body of {declared} bytes; at most {limit}")
     chunks, size = [], 0
-    async for chunk in stream:
-        size += len(chunk)
-        if size > limit:
-            await _drain(stream)
-            raise PayloadTooLarge(f"body of more than {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            async for chunk in stream:
+                size += len(chunk)
+                if size > limit:
+                    await _drain(stream)
+                    raise PayloadTooLarge(f"body of more than {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the body did not arrive within {BODY_TIMEOUT_S:g} s ({size} bytes came)"
+        ) from None
+    except ClientDisconnect:  # nobody is left to answer: nothing was written
+        raise RequestTimeout("the client closed the connection before its body arrived") from None
     return b"".join(chunks)
 
 

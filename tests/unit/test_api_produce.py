@@ -429,6 +429,11 @@ def test_each_documented_request_example_is_accepted(example_name: str, topic: s
             "ts: the event time -1 ms is out of range (0 to 253402300799999)",
         ),
         ({"ts": 5}, "user: Field required"),
+        ({"user": "", "ts": 5}, "key: 0 bytes; a key is 1 to 1024 bytes, as reads take it"),
+        (
+            {"user": "é" * 600, "ts": 5},
+            "key: 1200 bytes; a key is 1 to 1024 bytes, as reads take it",
+        ),
     ],
 )
 def test_a_json_topics_key_and_time_fields_are_checked_as_the_stream_checks_them(
@@ -443,3 +448,55 @@ def test_a_json_topics_key_and_time_fields_are_checked_as_the_stream_checks_them
         check(spec, None, value, 1 << 20)
     assert refused.value.reason == reason
     assert check(spec, None, {"user": "ann", "ts": 5.0}, 1 << 20).key == b"ann"
+
+
+def test_a_body_that_stops_arriving_is_refused_in_time_and_a_client_that_leaves_quietly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    from starlette.requests import Request
+
+    from api.errors import RequestTimeout
+    from api.routes import topics
+
+    monkeypatch.setattr(topics, "BODY_TIMEOUT_S", 0.2)
+
+    def request(then: dict[str, Any] | None) -> Request:
+        sent = [{"type": "http.request", "body": b'{"records"', "more_body": True}]
+
+        async def receive() -> dict[str, Any]:
+            if sent:
+                return sent.pop()
+            if then is None:
+                await asyncio.sleep(3600)  # the rest never comes
+            return then  # type: ignore[return-value]
+
+        scope = {"type": "http", "method": "POST", "headers": [(b"content-length", b"100")]}
+        return Request(scope, receive)
+
+    with pytest.raises(RequestTimeout, match=r"did not arrive within 0.2 s \(10 bytes came\)"):
+        asyncio.run(topics.read_bounded(request(None)))
+    with pytest.raises(RequestTimeout, match="closed the connection before its body arrived"):
+        asyncio.run(topics.read_bounded(request({"type": "http.disconnect"})))
+
+
+def test_a_key_with_a_line_break_is_routed_like_any_other() -> None:
+    from api.app import create_api  # noqa: F401 (the routes, made after the convertor)
+    from api.routes.metadata import router as metadata
+    from api.routes.tables import router as tables
+
+    routes = [*tables.routes, *metadata.routes]
+    paths = {
+        "/tables/views/keys/nl\nkey": "nl\nkey",
+        "/tables/views/keys/\n": "\n",
+        "/tables/views/keys/a\nb/changes": "a\nb",
+    }
+    for path, key in paths.items():
+        found = [
+            r.param_convertors and r.path_regex.match(path)  # type: ignore[attr-defined]
+            for r in routes
+        ]
+        matches = [m for m in found if m]
+        assert matches, path
+        assert any(m.group("key") == key for m in matches), path

@@ -216,6 +216,7 @@ class Sources:
     """The positions' lineage: item-events feeds inventory directly."""
 
     sources = frozenset({"item-events", "text-lines"})
+    partitions = 4
 
     def sources_of(self, table: str) -> dict[str, str]:
         return {"item-events": "direct"}

@@ -95,3 +95,25 @@ def test_held_positions_read_the_store_once_follow_cycles_and_forget_on_revocati
     held.forget()
     assert held.get("counts", 1, stored(b"p9")) == b"p9"  # type: ignore[arg-type]
     assert reads == ["db", "db"]
+
+
+def test_a_token_naming_a_partition_its_topic_lacks_is_refused() -> None:
+    import pytest
+
+    from api.errors import BadRequest
+    from api.queries import Queries, ReadOptions
+    from api.routing import QueryTable
+    from api.tokens import Token, encode_token
+
+    reads = Queries.__new__(Queries)
+    reads.app_id = "streamstate"
+    reads.positions = positions(Ends({}))
+    reads._consistencies = {}
+    table = QueryTable("totals", "table", "streamstate-totals-changelog", 4, 0)
+    forged = encode_token(Token("lines", {99: 1}), "streamstate")
+    with pytest.raises(BadRequest, match="names partition 99 of lines, which has 4"):
+        reads.consistency(table, 1, ReadOptions(forged, 1000))
+    fine = reads.consistency(
+        table, 1, ReadOptions(encode_token(Token("lines", {1: 5}), "streamstate"))
+    )
+    assert fine.wanted == {1: 5}
