@@ -481,7 +481,7 @@ class Runner:
         event time (the largest seen, itself included). A record keeps the hopping
         windows still open (:attr:`Rows.firsts`); a session record opens a session that
         stays open ``gap`` after it (the gap in which another record would extend it),
-        so it is late once its time is ``gap + grace`` or more behind."""
+        so it is late once its time is more than ``gap + grace`` behind."""
         window = self.plan.window(node)
         grace = None if window is None else window.grace_ms
         if grace is None or window is None:
