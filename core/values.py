@@ -359,13 +359,6 @@ def _adapter(kind: Any) -> TypeAdapter[Any]:
     return TypeAdapter(kind)
 
 
-def field_of(value: Any, name: str) -> Any:
-    """A named field of a value: an attribute, or a key of a JSON object."""
-    if isinstance(value, dict):
-        return value.get(name)
-    return getattr(value, name, None)
-
-
 #: The latest event time a record may carry (ms): the end of year 9999, as the query
 #: routes' times.
 MAX_EVENT_TIME_MS = 253_402_300_799_999
@@ -374,7 +367,8 @@ _MISSING: Any = object()
 
 
 def required_field(value: Any, name: str) -> Any:
-    """:func:`field_of`, or InvalidEvent when the value has no such field."""
+    """A named field of a value (an attribute, or a key of a JSON object), or
+    InvalidEvent when the value has no such field."""
     is_object = isinstance(value, dict)
     found = value.get(name, _MISSING) if is_object else getattr(value, name, _MISSING)
     if found is _MISSING:

@@ -29,7 +29,7 @@ from mode import Service
 from rocksdict import Options, Rdict, WriteBatch
 
 from core.admin import partitions_of
-from core.values import InvalidEvent, ValueType, check_key, field_of
+from core.values import InvalidEvent, ValueType, check_key, required_field
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def checked(spec: GlobalSpec, key: bytes | None, raw: bytes | None, max_bytes: i
         return None
     value = spec.value_type.parse(raw, max_bytes)
     if spec.key is not None:
-        check_key(key, str(field_of(value, spec.key)), spec.key)
+        check_key(key, str(required_field(value, spec.key)), spec.key)
     return raw.decode("utf-8")
 
 

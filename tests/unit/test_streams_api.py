@@ -675,3 +675,14 @@ def test_ten_thousand_records_through_a_repartition_and_a_window_count_exactly()
         expected[(page, ts - ts % (5 * MINUTE))] += 1
     driver.run()
     assert driver.table("page_views") == dict(expected)
+
+
+def test_a_global_table_record_without_its_key_field_is_refused_with_that_reason() -> None:
+    from core.values import InvalidEvent
+    from tables.global_table import GlobalSpec, checked
+
+    spec = GlobalSpec("accounts", "accounts", Json, "user", 4)
+    with pytest.raises(InvalidEvent) as refused:
+        checked(spec, b"ann", b'{"plan": "pro"}', 1 << 20)
+    assert refused.value.reason == "user: Field required"
+    assert checked(spec, b"ann", b'{"user": "ann"}', 1 << 20) == '{"user": "ann"}'
