@@ -5,13 +5,14 @@ from __future__ import annotations
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import AfterValidator
 
 from api.changes import Changes
 from api.errors import Unauthorized
 from api.peers import FORWARDED_HEADER
-from api.queries import Queries
+from api.queries import Queries, key_within_limit
 from api.routing import QueryTable
 from api.scans import Scans
 from tables.membership import WorkerView
@@ -74,3 +75,5 @@ ScansDep = Annotated[Scans, Depends(get_scans)]
 ChangesDep = Annotated[Changes, Depends(get_changes)]
 Table = Annotated[QueryTable, Depends(get_table)]
 ForwardedBy = Annotated[str | None, Depends(forwarded_by)]
+#: A key in a route's path: 1 to 1,024 bytes of UTF-8 (else a 422 that says so).
+KeyPath = Annotated[str, Path(min_length=1), AfterValidator(key_within_limit)]

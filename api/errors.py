@@ -55,6 +55,12 @@ class PayloadTooLarge(QueryError):
     status = 413
 
 
+class UnsupportedMediaType(QueryError):
+    """A request body in a type or encoding the route does not read."""
+
+    status = 415
+
+
 class InvalidRecords(QueryError):
     """Records that the stream would refuse: ``problems`` holds (index, reason) pairs,
     the index None when the problem is the body as a whole."""

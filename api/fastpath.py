@@ -168,8 +168,10 @@ class KeyReads:
         if not path.startswith(_PREFIX) or path.endswith(_CHANGES):
             return None
         table_name, sep, key = path[len(_PREFIX) :].partition(_KEYS)
-        if not sep or not table_name or "/" in table_name or not key or len(key) > MAX_KEY_BYTES:
+        if not sep or not table_name or "/" in table_name or not key:
             return None
+        if len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8")) > MAX_KEY_BYTES:
+            return None  # FastAPI's route refuses it (422)
         options = read_options(query_string)
         if options is None:
             return None

@@ -1,7 +1,9 @@
-"""Query latency, by route template and the replica that answered (``X-Replica``)."""
+"""Query latency, by route template and the replica that answered (``X-Replica``); HEAD
+requests answered as their GET would be, without the body."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -39,3 +41,31 @@ class LatencyMiddleware:
             QUERY_LATENCY.labels(route=template, replica=replica).observe(
                 time.perf_counter() - started
             )
+
+
+class _HeadDone(Exception):
+    """The head of a HEAD request's answer is sent: the GET that makes it stops."""
+
+
+class HeadMiddleware:
+    """Pure ASGI middleware: a HEAD request runs as its GET (every GET route answers
+    HEAD, as HTTP asks), and the answer's status and headers go out without its body.
+    A streamed answer (a change stream) is stopped once its head is out."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def head_only(message: dict[str, Any]) -> None:
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            raise _HeadDone
+
+        with contextlib.suppress(_HeadDone):
+            await self.app({**scope, "method": "GET"}, receive, head_only)

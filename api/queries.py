@@ -58,6 +58,16 @@ def _decoded_token(text: str, app_id: str, topics: frozenset[str]) -> Token:
     return decode_token(text, app_id, topics=topics)
 
 
+def key_within_limit(key: str) -> str:
+    """A key of a path, at most :data:`MAX_KEY_BYTES` bytes of UTF-8 (the limit counts
+    bytes, as Kafka's keys are, not characters)."""
+    if len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8")) > MAX_KEY_BYTES:
+        raise ValueError(
+            f"{len(key.encode('utf-8'))} bytes of UTF-8; a key is at most {MAX_KEY_BYTES}"
+        )
+    return key
+
+
 def encode_key(key: str) -> bytes:
     """The raw UTF-8 bytes of a key, or a 400 naming what is wrong with it."""
     try:

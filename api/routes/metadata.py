@@ -7,12 +7,12 @@ are gathered from every member through ``/internal/assignment``.
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends
 
-from api.deps import QueriesDep, Table, require_token
-from api.queries import MAX_KEY_BYTES, Queries
+from api.deps import KeyPath, QueriesDep, Table, require_token
+from api.queries import Queries
 from api.routes.tables import ERRORS
 from api.schemas import GroupMetadata, HostAssignment, KeyMetadata
 
@@ -54,7 +54,7 @@ async def group_metadata(queries: QueriesDep) -> GroupMetadata:
 async def key_metadata(
     table: Table,
     queries: QueriesDep,
-    key: Annotated[str, Path(min_length=1, max_length=MAX_KEY_BYTES)],
+    key: KeyPath,
 ) -> Any:
     """The partition of a key and the workers holding it, like Kafka Streams'
     ``queryMetadataForKey``. For a global table every worker answers:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
-from api.deps import ChangesDep, ForwardedBy, QueriesDep, ScansDep, Table, require_token
+from api.deps import ChangesDep, ForwardedBy, KeyPath, QueriesDep, ScansDep, Table, require_token
 from api.queries import DEFAULT_WAIT_MS, MAX_KEY_BYTES, MAX_WAIT_MS, Answer, ReadOptions
 from api.schemas import (
     ErrorDetail,
@@ -144,7 +144,7 @@ async def key_changes(
     queries: QueriesDep,
     changes: ChangesDep,
     forwarded: ForwardedBy,
-    key: Annotated[str, Path(min_length=1, max_length=MAX_KEY_BYTES)],
+    key: KeyPath,
     last_event_id: Annotated[str | None, Header(max_length=256)] = None,
 ) -> StreamingResponse:
     """A stream of the key's values, from the active owner of its partition.
@@ -170,7 +170,7 @@ async def read_key(
     table: Table,
     queries: QueriesDep,
     forwarded: ForwardedBy,
-    key: Annotated[str, Path(min_length=1, max_length=MAX_KEY_BYTES)],
+    key: KeyPath,
     at: EpochMs = None,
     start: Annotated[
         int | None, Query(alias="from", ge=0, le=MAX_MS, description="epoch milliseconds")

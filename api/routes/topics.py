@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
@@ -14,10 +15,18 @@ from fastapi.openapi.models import Example
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from prometheus_client import Counter
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from api.deps import Worker, authorize, require_token
-from api.errors import InvalidRecords, NotFound, PayloadTooLarge, QueryError, RequestTimeout
+from api.errors import (
+    InvalidRecords,
+    NotFound,
+    PayloadTooLarge,
+    QueryError,
+    RequestTimeout,
+    UnsupportedMediaType,
+)
 from api.metrics import REGISTRY
 from api.producer import RecordProducer
 from api.records import prepare
@@ -47,8 +56,8 @@ PRODUCED = Counter(
 REFUSED = Counter(
     "streamstate_produce_refusals",
     "Writes refused by POST /topics/{topic}/records, by topic (other: not a source topic) "
-    "and reason: invalid (422), too-large (413), unknown-topic (404), unauthorized (401), "
-    "kafka-unavailable (503).",
+    "and reason: invalid (422), too-large (413), unsupported-media-type (415), "
+    "unknown-topic (404), unauthorized (401), timeout (408), kafka-unavailable (503).",
     ["topic", "reason"],
     registry=REGISTRY,
 )
@@ -57,6 +66,7 @@ REASONS = {
     404: "unknown-topic",
     408: "timeout",
     413: "too-large",
+    415: "unsupported-media-type",
     422: "invalid",
 }
 
@@ -117,6 +127,82 @@ async def _drain(stream: AsyncIterator[bytes]) -> None:
             return
 
 
+#: The body encodings the route reads (Content-Encoding), each by how zlib reads it.
+ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def media_type(request: Request) -> str | None:
+    """The body's media type, lower case without parameters; None when not given."""
+    declared = request.headers.get("content-type")
+    if declared is None:
+        return None
+    return declared.split(";", 1)[0].strip().lower() or None
+
+
+def check_media_type(found: str | None) -> None:
+    """JSON only: ``application/json`` or an ``application/...+json`` type. A body sent without a type is
+    read as JSON (as many clients send one); a form or text body gets a 415 that says
+    what to send instead of the 422 a JSON parser would give it."""
+    json = found == "application/json" or (
+        found is not None and found.startswith("application/") and found.endswith("+json")
+    )
+    if found is not None and not json:
+        raise UnsupportedMediaType(
+            f"Content-Type {found!r}: the body must be JSON (Content-Type: application/json)"
+        )
+
+
+def decoded_body(request: Request, body: bytes, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The body with its Content-Encoding undone (gzip or deflate), at most ``limit`` bytes
+    once inflated; an encoding the route does not read is a 415."""
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    wbits = ENCODINGS.get(encoding)
+    if wbits is None:
+        raise UnsupportedMediaType(
+            f"Content-Encoding {encoding[:40]!r}: the body must be sent as it is, or with "
+            "gzip or deflate"
+        )
+    inflate = zlib.decompressobj(wbits)
+    try:
+        found = inflate.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidRecords(
+            "invalid body; nothing was written", [(None, f"body: not {encoding}: {exc}")]
+        ) from None
+    if len(found) > limit:
+        raise PayloadTooLarge(f"body of more than {limit} bytes once inflated")
+    if not inflate.eof:
+        raise InvalidRecords(
+            "invalid body; nothing was written", [(None, f"body: {encoding} data cut short")]
+        )
+    return found
+
+
+def check_text(body: bytes) -> None:
+    """JSON is UTF-8: a body that is not gets a 422 that names the first bad byte (the
+    JSON parser would answer a bare 400)."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecords(
+            "invalid body; nothing was written",
+            [(None, f"body: not UTF-8: byte 0x{body[exc.start]:02x} at {exc.start}, {exc.reason}")],
+        ) from None
+
+
+def unparsed(error: HTTPException) -> QueryError:
+    """FastAPI's bare 400 for a body its JSON parser raised on (other than a syntax
+    error, which is a 422 already) as this route's 422 naming the cause."""
+    cause = error.__cause__
+    if isinstance(cause, RecursionError):
+        reason = "body: JSON nested too deeply to be read"
+    else:
+        reason = f"body: not readable as JSON ({type(cause).__name__ if cause else error.detail})"
+    return InvalidRecords("invalid body; nothing was written", [(None, reason)])
+
+
 def as_refusal(
     error: RequestValidationError, body: bytes, spec: SourceSpec | None, max_bytes: int
 ) -> QueryError:
@@ -126,6 +212,10 @@ def as_refusal(
     problems: list[tuple[int | None, str]] = []
     for item in error.errors():
         loc = [str(part) for part in item["loc"]]
+        if item["type"] == "json_invalid":
+            where = f" at character {loc[1]}" if len(loc) > 1 else ""
+            problems.append((None, f"body: not JSON: {item.get('ctx', {}).get('error')}{where}"))
+            continue
         if loc == ["body", "records"] and item["type"] == "too_long":
             return PayloadTooLarge(f"more than {MAX_RECORDS} records; at most {MAX_RECORDS}")
         if loc[:2] != ["body", "records"] or len(loc) < 3 or not loc[2].isdigit():
@@ -152,7 +242,19 @@ class ProduceRoute(APIRoute):
                 await authorize(request)
                 check_topic(topic, inputs)
                 body = await read_bounded(request)
-                return await handler(Request(request.scope, _replay(body)))
+                found = media_type(request)
+                check_media_type(found)
+                body = decoded_body(request, body)
+                check_text(body)
+                scope = request.scope
+                if found is None:  # read as JSON: FastAPI parses a body only with a type
+                    scope = {**scope, "headers": [*scope["headers"], JSON_TYPE]}
+                try:
+                    return await handler(Request(scope, _replay(body)))
+                except HTTPException as error:
+                    if error.status_code != 400:
+                        raise
+                    raise unparsed(error) from None
             except RequestValidationError as error:
                 max_bytes = request.app.state.worker.settings.max_event_bytes
                 refusal = as_refusal(error, body, inputs[topic], max_bytes)
@@ -163,6 +265,9 @@ class ProduceRoute(APIRoute):
                 raise
 
         return bounded
+
+
+JSON_TYPE = (b"content-type", b"application/json")
 
 
 def check_topic(topic: str, inputs: Inputs) -> None:
@@ -230,6 +335,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorDetail, "description": "missing or wrong bearer token"},
     404: {"model": ErrorDetail, "description": "not one of the source topics"},
     413: {"model": ErrorDetail, "description": "body over 1 MiB, or over 1,000 records"},
+    415: {
+        "model": ErrorDetail,
+        "description": "a Content-Type other than JSON, or a Content-Encoding other than "
+        "gzip or deflate",
+    },
     422: {
         "model": InvalidRecordsDetail,
         "description": "some records are invalid: each one's index and reason; nothing was written",
@@ -258,6 +368,9 @@ async def produce(
     worker: Worker,
 ) -> Produced:
     """Write records to a source topic, all or none, with acks=all.
+
+    The body is JSON (``Content-Type: application/json``, or no type at all), as it is or
+    compressed (``Content-Encoding: gzip`` or ``deflate``), at most 1 MiB once inflated.
 
     Every record is first validated as the stream validates what it reads (the topic's
     schema, the event size limit, the key rules); if any is invalid, nothing is written.

@@ -209,6 +209,33 @@ def test_absent_keys_unknown_tables_and_bad_parameters_are_4xx(cluster: Cluster)
     assert call(url, "/tables/word_counts/keys?cursor=garbage")[0] == 400
     assert call(url, "/tables/word_counts/keys?limit=0")[0] == 422
     assert call(url, "/tables/word_counts/keys/" + "x" * 2000)[0] == 422
+    # The limit counts bytes of UTF-8 on every route of a key: 600 characters of "é" are
+    # 1,200 bytes, refused as 2,000 ASCII characters are.
+    wide = urllib.parse.quote("é" * 600)
+    for path in (f"/tables/word_counts/keys/{wide}", f"/metadata/tables/word_counts/keys/{wide}"):
+        status, body, _ = call(url, path)
+        assert status == 422, (path, body)
+        assert "1200 bytes of UTF-8; a key is at most 1024" in json.dumps(body), body
+
+
+def test_a_head_request_is_answered_as_its_get_without_the_body(cluster: Cluster) -> None:
+    url = cluster.workers[0].url
+    for path, status in (
+        ("/ready", 200),
+        ("/tables/word_counts/keys/the", 200),
+        ("/tables/word_counts/keys/no-such-word-here", 404),
+        ("/tables/nope/keys/x", 404),
+        ("/tables/word_counts/keys/the/changes", 200),  # a stream: only its head
+    ):
+        request = urllib.request.Request(url + path, method="HEAD")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                found, body, kind = answer.status, answer.read(), answer.headers["content-type"]
+        except urllib.error.HTTPError as error:
+            found, body, kind = error.code, error.read(), error.headers["content-type"]
+        assert (found, body) == (status, b""), path
+        get = "text/event-stream" if path.endswith("/changes") else "application/json"
+        assert kind.startswith(get), (path, kind)
 
 
 def scan_all(url: str, table: str, limit: int, prefix: str = "") -> list[dict[str, Any]]:

@@ -68,6 +68,7 @@ def scope(path: str, method: str = "GET", query: bytes = b"", token: bytes | Non
         scope("/tables/word_counts/keys/x"),  # no token: FastAPI answers 401
         scope("/tables/word_counts/keys/x", token=b"wrong"),
         scope("/tables/word_counts/keys/" + "k" * 1025, token=b"t"),
+        scope("/tables/word_counts/keys/" + "é" * 600, token=b"t"),  # 1,200 bytes
         # a peer's batch of reads, when the lean path cannot answer it
         scope("/internal/reads/word_counts", query=b"key=a&key=b"),  # no token
         scope("/internal/reads/word_counts", query=b"key=a", token=b"wrong"),

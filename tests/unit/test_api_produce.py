@@ -4,8 +4,10 @@ Kafka (503)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -241,6 +243,109 @@ def test_a_body_of_the_wrong_shape_is_refused_as_a_whole(client: TestClient, bod
     assert None in found
 
 
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"records": [{"key": null, "value": "\xff"}]}', "body: not UTF-8: byte 0xff at 37, "),
+        (b"\xfe\xff", "body: not UTF-8: byte 0xfe at 0, "),
+        (b"[" * 5000 + b"]" * 5000, "body: JSON nested too deeply to be read"),
+        (b'{"records": [', "body: not JSON: Expecting value at character 13"),
+    ],
+)
+def test_a_body_a_json_parser_cannot_read_is_a_422_naming_why(
+    client: TestClient, producer: FakeProducer, body: bytes, reason: str
+) -> None:
+    found = errors(client.post("/topics/text-lines/records", content=body, headers=JSON))
+    assert list(found) == [None]
+    assert found[None].startswith(reason), found
+    assert producer.sent == []
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/x-www-form-urlencoded", "text/plain", "application/xml", "text/x+json"],
+)
+def test_a_body_that_is_not_json_by_its_type_is_a_415(
+    client: TestClient, producer: FakeProducer, content_type: str
+) -> None:
+    refused = sample(
+        "streamstate_produce_refusals_total", topic="text-lines", reason="unsupported-media-type"
+    )
+    body = orjson.dumps({"records": [{"key": None, "value": "a line"}]})
+    answer = client.post(
+        "/topics/text-lines/records", content=body, headers={"content-type": content_type}
+    )
+    assert answer.status_code == 415, answer.text
+    assert answer.json()["detail"] == (
+        f"Content-Type {content_type!r}: the body must be JSON (Content-Type: application/json)"
+    )
+    assert producer.sent == []
+    assert (
+        sample(
+            "streamstate_produce_refusals_total",
+            topic="text-lines",
+            reason="unsupported-media-type",
+        )
+        == refused + 1
+    )
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"content-type": "application/json; charset=utf-8"},
+        {"content-type": "application/vnd.shop+json"},
+    ],
+)
+def test_a_json_body_is_read_with_a_json_type_or_none(
+    client: TestClient, producer: FakeProducer, headers: dict[str, str]
+) -> None:
+    body = orjson.dumps({"records": [{"key": None, "value": "a line"}]})
+    answer = client.post("/topics/text-lines/records", content=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert [r.value for r in producer.sent[0][1]] == [b"a line"]
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compressed_body_is_inflated_within_the_body_limit(
+    client: TestClient, producer: FakeProducer, encoding: str
+) -> None:
+    body = orjson.dumps({"records": [{"key": None, "value": f"line {n}"} for n in range(500)]})
+    packed = gzip.compress(body) if encoding == "gzip" else zlib.compress(body)
+    headers = {**JSON, "content-encoding": encoding}
+    answer = client.post("/topics/text-lines/records", content=packed, headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert len(producer.sent[0][1]) == 500
+    # A small body that inflates past 1 MiB is refused as a large one is.
+    bomb = gzip.compress(b" " * (MAX_BODY_BYTES + 1))
+    assert len(bomb) < 5000
+    answer = client.post(
+        "/topics/text-lines/records", content=bomb, headers={**JSON, "content-encoding": "gzip"}
+    )
+    assert answer.status_code == 413, answer.text
+    assert len(producer.sent) == 1
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body", "status", "detail"),
+    [
+        ("br", b"anything", 415, "Content-Encoding 'br': the body must be sent as it is"),
+        ("gzip", b"not gzip at all", 422, "body: not gzip: "),
+        ("gzip", gzip.compress(b'{"records": []}')[:-12], 422, "body: gzip data cut short"),
+    ],
+)
+def test_a_body_in_an_encoding_not_read_or_broken_is_refused(
+    client: TestClient, producer: FakeProducer, encoding: str, body: bytes, status: int, detail: str
+) -> None:
+    headers = {**JSON, "content-encoding": encoding}
+    answer = client.post("/topics/text-lines/records", content=body, headers=headers)
+    assert answer.status_code == status, answer.text
+    found = answer.json()
+    assert (found["detail"] if status == 415 else found["errors"][0]["reason"]).startswith(detail)
+    assert producer.sent == []
+
+
 PROPERTY_API = make_api()
 PROPERTY_API.state.producer = FakeProducer()
 PROPERTY_CLIENT = TestClient(PROPERTY_API, headers=AUTH)
@@ -385,7 +490,7 @@ def test_the_produce_route_documents_its_body_answers_and_errors() -> None:
     assert body["schema"] == {"$ref": "#/components/schemas/ProduceRequest"}
     assert set(body["examples"]) == {"text", "json"}
     responses = operation["responses"]
-    assert set(responses) == {"200", "401", "404", "413", "422", "503"}
+    assert set(responses) == {"200", "401", "404", "413", "415", "422", "503"}
     schema = responses["422"]["content"]["application/json"]["schema"]
     assert schema == {"$ref": "#/components/schemas/InvalidRecordsDetail"}
     assert "Retry-After" in responses["503"]["headers"]
