@@ -21,6 +21,9 @@ from core.settings import Settings
 from tables.faust_adapter import FaustTableStore, restore_counter
 from tables.pipeline import TableKind, TableSpec
 
+#: Bloom filter bits per key in every table's RocksDB files.
+BLOOM_BITS_PER_KEY = 10
+
 
 @dataclass(frozen=True)
 class TableInfo:
@@ -65,7 +68,12 @@ def _declare(app: faust.App, settings: Settings, spec: TableSpec) -> Any:
         on_changelog_event=restore_counter(app, spec.name),
         help=spec.name,
         extra_topic_configs=config or None,
-        options={"write_buffer_size": settings.rocksdb_write_buffer_mb * 1024 * 1024},
+        options={
+            "write_buffer_size": settings.rocksdb_write_buffer_mb * 1024 * 1024,
+            # 10 bits a key: about 1% of the lookups of absent keys read a block (faust's
+            # default of 3 bits lets about a sixth of them through).
+            "bloom_filter_size": BLOOM_BITS_PER_KEY,
+        },
     )
 
 

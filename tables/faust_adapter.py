@@ -68,6 +68,7 @@ from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 from faust import stores as faust_stores
 from faust.exceptions import ConsistencyError
+from faust.stores.rocksdb import RocksDBOptions
 from faust.stores.rocksdb import Store as RocksStore
 from faust.tables import TableManager
 from faust.tables.recovery import E_PERSISTED_OFFSET, RebalanceAgain, Recovery, ServiceStopped
@@ -1133,6 +1134,26 @@ async def on_partitions_assigned(engine: Engine, assigned: Iterable[Any]) -> Non
 # -- tables ---------------------------------------------------------------------------
 
 
+class PointLookupOptions(RocksDBOptions):
+    """faust's RocksDB options, with the memtables filtered by whole key as well.
+
+    Pipelines look keys up one at a time, and many of those keys are new (a stream
+    join's buffer is asked for every record's join key): a bloom filter over the
+    memtables answers such a miss without walking their skip lists. The table files'
+    own filters are sized by ``bloom_filter_size`` (:func:`tables.definitions.declare_tables`).
+    """
+
+    #: The memtable filter's size, as a share of the write buffer.
+    MEMTABLE_BLOOM_RATIO = 0.1
+
+    def as_options(self) -> Any:
+        options = super().as_options()
+        if self.use_rocksdict:
+            options.set_memtable_prefix_bloom_ratio(self.MEMTABLE_BLOOM_RATIO)
+            options.set_memtable_whole_key_filtering(True)
+        return options
+
+
 class EngineStore(RocksStore):
     """faust's RocksDB store that closes the databases a rebalance drops once the
     worker is ready again, and takes one back unclosed if the partition returns.
@@ -1149,6 +1170,7 @@ class EngineStore(RocksStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.rocksdb_options = PointLookupOptions(**self.options, use_rocksdict=self.use_rocksdict)
         self._parked: dict[int, Any] = {}
 
     def revoke_partitions(self, table: Any, tps: set[Any]) -> None:

@@ -107,3 +107,27 @@ def test_a_stopping_store_releases_its_databases_without_collecting_garbage(
     # Closed as their last reference went: their locks are free.
     assert FaustTableStore(table).partition(3).db[b"kept"] == b"1"
     FaustTableStore(table).partition(5)
+
+
+def test_a_table_partition_opens_with_bloom_filters_on_its_files_and_memtables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole-key filter over the memtables (RocksDB records it in the database's OPTIONS
+    file), and 10 bits a key in the table files' filters (measured on a flushed file)."""
+    table, store = word_counts(monkeypatch, tmp_path)
+    FaustTableStore(table).partition(2)
+    [options] = sorted(store.partition_path(2).glob("OPTIONS-*"))
+    text = options.read_text()
+    assert "memtable_whole_key_filtering=true" in text
+    assert "memtable_prefix_bloom_size_ratio=0.100000" in text
+    db = store._dbs[2]
+    for n in range(20_000):
+        db.put(f"word-{n}".encode(), b"1")
+    db.flush()
+    found = dict(
+        part.strip().split("=", 1)
+        for part in db.property_value("rocksdb.aggregated-table-properties").split(";")
+        if "=" in part
+    )
+    bits = 8 * int(found["filter block size"]) / int(found["# entries for filter"])
+    assert 9.5 <= bits <= 11, found  # faust's default of 3 bits makes about 3
