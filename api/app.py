@@ -13,7 +13,7 @@ from api.console.page import add_console_page
 from api.core import ApiCore
 from api.docs import add_docs
 from api.errors import QueryError
-from api.middleware import HeadMiddleware, LatencyMiddleware
+from api.middleware import HeadMiddleware, LatencyMiddleware, PathMiddleware
 from api.routes import console as console_routes
 from api.routes import health, internal, metadata, metrics, tables, topics
 from tables.membership import WorkerView
@@ -66,6 +66,7 @@ def create_api(worker: WorkerView, core: ApiCore | None = None) -> FastAPI:
     api.add_exception_handler(QueryError, _query_error)
     api.add_middleware(LatencyMiddleware)
     api.add_middleware(HeadMiddleware)
+    api.add_middleware(PathMiddleware)
     for module in (health, tables, topics, metadata, internal, metrics, console_routes):
         api.include_router(module.router)
     api.include_router(topics.listing)

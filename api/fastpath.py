@@ -39,6 +39,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from api.errors import QueryError
 from api.metrics import QUERY_LATENCY
+from api.middleware import utf8_path
 from api.peers import BATCH_KEYS, BATCH_ROUTE, FORWARDED_HEADER, PeerAnswer
 from api.queries import (
     MAX_KEY_BYTES,
@@ -80,7 +81,7 @@ class KeyReads:
         self._latency: dict[tuple[str, str], Any] = {}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "GET":
+        if scope["type"] != "http" or scope["method"] != "GET" or not utf8_path(scope):
             await self.api(scope, receive, send)
             return
         started = time.perf_counter()
@@ -471,7 +472,10 @@ class KeyReadProtocol(HttpToolsProtocol):
             except UnicodeDecodeError:
                 path = ""  # uvicorn's own path refuses it
             if "%" in path:
-                path = unquote(path)
+                try:
+                    path = unquote(path, errors="strict")
+                except UnicodeDecodeError:
+                    path = ""  # the app refuses it (api/middleware.PathMiddleware)
             request = reads.lean_request(path, parsed.query or b"", self.headers) if path else None
             if request is not None:
                 keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()

@@ -1,11 +1,15 @@
 """Query latency, by route template and the replica that answered (``X-Replica``); HEAD
-requests answered as their GET would be, without the body."""
+requests answered as their GET would be, without the body; paths whose percent-escapes
+are not UTF-8 refused."""
 
 from __future__ import annotations
 
 import contextlib
 import time
 from typing import Any
+from urllib.parse import unquote_to_bytes
+
+import orjson
 
 from api.metrics import QUERY_LATENCY
 
@@ -69,3 +73,47 @@ class HeadMiddleware:
 
         with contextlib.suppress(_HeadDone):
             await self.app({**scope, "method": "GET"}, receive, head_only)
+
+
+def utf8_path(scope: Scope) -> bool:
+    """Whether the request's path is UTF-8 once its percent-escapes are undone. The server
+    decodes it leniently (an escape that is not UTF-8 becomes U+FFFD), which would read
+    another key than the one sent; only a path holding U+FFFD needs the check."""
+    if "\ufffd" not in scope["path"]:
+        return True
+    raw = scope.get("raw_path")
+    if raw is None:
+        return True
+    try:
+        unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+class PathMiddleware:
+    """Pure ASGI middleware: a path whose percent-escapes are not UTF-8 (``%FF``, or
+    Latin-1 text escaped byte by byte) gets a 400 that says so, instead of reaching a
+    route with U+FFFD in place of what was sent."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or utf8_path(scope):
+            await self.app(scope, receive, send)
+            return
+        body = orjson.dumps(
+            {"detail": "path: its percent-escapes are not UTF-8 (keys and names are UTF-8 text)"}
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 400,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

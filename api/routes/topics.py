@@ -140,9 +140,9 @@ def media_type(request: Request) -> str | None:
 
 
 def check_media_type(found: str | None) -> None:
-    """JSON only: ``application/json`` or an ``application/...+json`` type. A body sent without a type is
-    read as JSON (as many clients send one); a form or text body gets a 415 that says
-    what to send instead of the 422 a JSON parser would give it."""
+    """JSON only: ``application/json`` or an ``application/...+json`` type. A body sent
+    without a type is read as JSON (as many clients send one); a form or text body gets a
+    415 that says what to send instead of the 422 a JSON parser would give it."""
     json = found == "application/json" or (
         found is not None and found.startswith("application/") and found.endswith("+json")
     )

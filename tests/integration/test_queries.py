@@ -218,6 +218,22 @@ def test_absent_keys_unknown_tables_and_bad_parameters_are_4xx(cluster: Cluster)
         assert "1200 bytes of UTF-8; a key is at most 1024" in json.dumps(body), body
 
 
+def test_a_path_whose_percent_escapes_are_not_utf8_is_refused(cluster: Cluster) -> None:
+    """"caf%E9" is Latin-1: read as UTF-8 it would be "caf\ufffd", another key."""
+    for worker in cluster.workers:
+        for path in (
+            "/tables/word_counts/keys/caf%E9",
+            "/tables/word_counts/keys/%FF",
+            "/metadata/tables/word_counts/keys/caf%E9",
+            "/tables/word_counts/keys/caf%E9/changes",
+        ):
+            status, body, _ = call(worker.url, path)
+            assert status == 400, (path, body)
+            assert body["detail"].startswith("path: its percent-escapes are not UTF-8"), body
+        # U+FFFD sent as UTF-8 is a key like any other
+        assert call(worker.url, "/tables/word_counts/keys/%EF%BF%BD")[0] == 404
+
+
 def test_a_head_request_is_answered_as_its_get_without_the_body(cluster: Cluster) -> None:
     url = cluster.workers[0].url
     for path, status in (
@@ -227,7 +243,7 @@ def test_a_head_request_is_answered_as_its_get_without_the_body(cluster: Cluster
         ("/tables/nope/keys/x", 404),
         ("/tables/word_counts/keys/the/changes", 200),  # a stream: only its head
     ):
-        request = urllib.request.Request(url + path, method="HEAD")
+        request = urllib.request.Request(url + path, headers=AUTH, method="HEAD")
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
                 found, body, kind = answer.status, answer.read(), answer.headers["content-type"]
