@@ -12,6 +12,11 @@ record is logged at INFO while its state is young; once the state has lasted
 since when; the rest stay at INFO. A state ends when none of its records came for
 ``grace_s``; the next one begins a new episode.
 
+A broker out of reach is such a state too, and a loud one: every client retries every
+connection and fetch many times a second (about 300 ERROR lines a second in a
+45-second outage of a two-worker group). Its records are also thinned: of each message,
+one every :data:`REPEAT_S` at most, the next one saying how many like it were left out.
+
 Only the records named here are touched, and only with the errors named here: any other
 record of those loggers (an authorization failure, an unexpected error) keeps its level.
 """
@@ -21,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: The aiokafka errors of a coordinator that is not there yet or has moved.
 COORDINATOR_ERRORS = frozenset(
@@ -40,6 +45,15 @@ COORDINATOR_ERRORS = frozenset(
 
 #: A request's connection to the coordinator lost (it closed, or did not answer in time).
 CONNECTION_ERRORS = frozenset({"KafkaConnectionError", "RequestTimedOutError"})
+
+
+#: A request that found no broker to take it: none reachable, or none ready yet.
+UNREACHABLE_ERRORS = frozenset(
+    {"KafkaConnectionError", "NodeNotReadyError", "RequestTimedOutError"}
+)
+
+#: A thinned state logs one record of each of its messages this often at most (seconds).
+REPEAT_S = 5.0
 
 
 def _arg_is_a(index: int, names: frozenset[str]) -> Callable[[logging.LogRecord], bool]:
@@ -67,11 +81,17 @@ class Transient:
     template: str
     waiting_for: str
     matches: Callable[[logging.LogRecord], bool] = _always
+    #: log one record of this message every ``repeat_s`` at most (None: every one)
+    repeat_s: float | None = None
 
 
 GROUP_COORDINATOR = "aiokafka.consumer.group_coordinator"
+CLIENT = "aiokafka"
+FETCHER = "aiokafka.consumer.fetcher"
+SENDER = "aiokafka.producer.sender"
 COORDINATOR = "the group coordinator"
 REBALANCE = "the group's rebalance to end"
+BROKER = "a broker to answer"
 
 #: The transient states of the worker's Kafka clients.
 TRANSIENT_STATES = (
@@ -106,6 +126,30 @@ TRANSIENT_STATES = (
     Transient(
         GROUP_COORDINATOR, "Heartbeat failed for group %s because it is rebalancing", REBALANCE
     ),
+    # A broker out of reach: the client's connections, metadata, fetches and sends.
+    Transient(CLIENT, "Unable connect to node with id %s: %s", BROKER, repeat_s=REPEAT_S),
+    Transient(CLIENT, "Unable to update metadata from %s", BROKER, repeat_s=REPEAT_S),
+    Transient(
+        CLIENT,
+        "Unable to request metadata from node with id %s: %r",
+        BROKER,
+        _arg_is_a(1, UNREACHABLE_ERRORS),
+        repeat_s=REPEAT_S,
+    ),
+    Transient(
+        FETCHER,
+        "Failed fetch messages from %s: %s",
+        BROKER,
+        _arg_is_a(1, UNREACHABLE_ERRORS),
+        repeat_s=REPEAT_S,
+    ),
+    Transient(
+        SENDER,
+        "Got error produce response: %s",
+        BROKER,
+        _first_arg_is_a(UNREACHABLE_ERRORS),
+        repeat_s=REPEAT_S,
+    ),
 )
 
 
@@ -114,6 +158,8 @@ class _Episode:
     began: float
     last: float
     warned: bool = False
+    #: per message of a thinned state: when one was last logged, how many left out since
+    logged: dict[str, tuple[float, int]] = field(default_factory=dict)
 
 
 class TransientStates(logging.Filter):
@@ -139,8 +185,9 @@ class TransientStates(logging.Filter):
             lasted = record.created - episode.began
             if lasted < self.grace_s or episode.warned:
                 _set_level(record, logging.INFO)
-                return True
+                return self._thinned(state, episode, record)
             episode.warned = True
+            episode.logged[state.template] = (record.created, 0)
         message = record.getMessage()
         record.msg = (
             f"still waiting for {state.waiting_for} after {lasted:.0f} s "
@@ -148,6 +195,23 @@ class TransientStates(logging.Filter):
         )
         record.args = ()
         _set_level(record, logging.WARNING)
+        return True
+
+    @staticmethod
+    def _thinned(state: Transient, episode: _Episode, record: logging.LogRecord) -> bool:
+        """Whether a record of a young (or already reported) state is logged: all of
+        them, or for a thinned state one of each message every ``repeat_s``."""
+        if state.repeat_s is None:
+            return True
+        last, left_out = episode.logged.get(state.template, (None, 0))
+        if last is not None and record.created - last < state.repeat_s:
+            episode.logged[state.template] = (last, left_out + 1)
+            return False
+        episode.logged[state.template] = (record.created, 0)
+        if left_out and last is not None:
+            since = record.created - last
+            record.msg = f"{record.getMessage()} ({left_out} more like it in {since:.0f} s)"
+            record.args = ()
         return True
 
     def _state_of(self, record: logging.LogRecord) -> Transient | None:

@@ -113,8 +113,8 @@ class Settings(BaseSettings):
     leave_group_on_stop: bool = True
     dead_member_probes: int = Field(3, ge=1)
     #: A state the Kafka client logs as an error but the worker waits out (a coordinator
-    #: not available yet, a rebalance) is logged at INFO until it has lasted this long,
-    #: in seconds, then once at WARNING (core/logs.py).
+    #: not available yet, a rebalance, a broker out of reach) is logged at INFO until it
+    #: has lasted this long, in seconds, then once at WARNING (core/logs.py).
     log_transient_grace_s: float = Field(20.0, ge=0)
     #: How long a forwarded key read may take before a standby answers, in seconds.
     forward_timeout: float = Field(1.0, gt=0)

@@ -107,3 +107,57 @@ def test_installed_on_the_clients_logger_a_handler_sees_info(
         ("INFO", "Group Coordinator Request "),
         ("ERROR", "Heartbeat failed: ValueErr"),
     ]
+
+
+class NodeNotReadyError(Exception):
+    pass
+
+
+class TopicAuthorizationFailedError(Exception):
+    pass
+
+
+def outage_record(n: int, at: float) -> logging.LogRecord:
+    """One of the messages a worker's clients log many times a second without a broker."""
+    kind = n % 3
+    if kind == 0:
+        made = record(
+            "Unable connect to node with id %s: %s", 1, ConnectionRefusedError(111), at=at
+        )
+        made.name = "aiokafka"
+    elif kind == 1:
+        made = record("Unable to update metadata from %s", [1], at=at)
+        made.name = "aiokafka"
+    else:
+        made = record("Failed fetch messages from %s: %s", 1, NodeNotReadyError("node 1"), at=at)
+        made.name = "aiokafka.consumer.fetcher"
+    return made
+
+
+def test_a_broker_out_of_reach_is_thinned_to_one_line_per_message_every_few_seconds() -> None:
+    states = TransientStates(grace_s=20.0)
+    # 45 s of outage, 300 records a second over three messages.
+    found = [outage_record(n, at=100.0 + n / 300) for n in range(45 * 300)]
+    logged = [each for each in found if states.filter(each)]
+    assert 27 <= len(logged) <= 30  # each message once every 5 s: 9 or 10 times each
+    assert [each.levelname for each in logged].count("WARNING") == 1
+    assert {each.levelname for each in logged} == {"INFO", "WARNING"}
+    [warning] = [each for each in logged if each.levelname == "WARNING"]
+    assert warning.getMessage().startswith("still waiting for a broker to answer after 20 s")
+    later = [each.getMessage() for each in logged if each.created > 106.0]
+    assert all(" more like it in 5 s)" in text for text in later if "still" not in text), later
+
+
+def test_other_client_errors_of_an_outage_logger_are_neither_hushed_nor_thinned() -> None:
+    states = TransientStates(grace_s=20.0)
+    denied = []
+    for n in range(20):
+        made = record(
+            "Failed fetch messages from %s: %s",
+            1,
+            TopicAuthorizationFailedError("text-lines"),
+            at=100.0 + n / 10,
+        )
+        made.name = "aiokafka.consumer.fetcher"
+        denied.append(made)
+    assert levels(states, denied) == ["ERROR"] * 20
