@@ -1170,7 +1170,9 @@ class EngineStore(RocksStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.rocksdb_options = PointLookupOptions(**self.options, use_rocksdict=self.use_rocksdict)
+        self.rocksdb_options = PointLookupOptions(
+            **(self.options or {}), use_rocksdict=self.use_rocksdict
+        )
         self._parked: dict[int, Any] = {}
 
     def revoke_partitions(self, table: Any, tps: set[Any]) -> None:
