@@ -219,7 +219,7 @@ def test_absent_keys_unknown_tables_and_bad_parameters_are_4xx(cluster: Cluster)
 
 
 def test_a_path_whose_percent_escapes_are_not_utf8_is_refused(cluster: Cluster) -> None:
-    """"caf%E9" is Latin-1: read as UTF-8 it would be "caf\ufffd", another key."""
+    """The escape of Latin-1 "é" (%E9) read as UTF-8 would be U+FFFD: another key."""
     for worker in cluster.workers:
         for path in (
             "/tables/word_counts/keys/caf%E9",
