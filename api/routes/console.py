@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
+from api.bodies import JsonBodyRoute
 from api.console import Console
 from api.console.replays import Wanted
 from api.console.schemas import (
@@ -101,8 +102,20 @@ async def dead_letters(
     }
 
 
-@router.post(
+async def replay(body: ReplayRequest, console: ConsoleDep) -> dict[str, Any]:
+    """Send dead letters back to their source topics, once each: with their original key
+    and value and a `replayed-from` header, validated first where the topic has a
+    validator (a record still invalid goes back to its dead-letter topic). The body is
+    JSON (`Content-Type: application/json`, or no type), as it is or gzip/deflate."""
+    wanted = [Wanted(r.topic, r.partition, r.offset) for r in body.records]
+    return {"results": await console.replayer.replay(wanted)}
+
+
+router.add_api_route(
     "/dead-letters/replay",
+    replay,
+    methods=["POST"],
+    route_class_override=JsonBodyRoute,
     response_model=Replayed,
     responses={
         **ERRORS,
@@ -112,15 +125,11 @@ async def dead_letters(
             "model": ErrorDetail,
             "description": "some were replayed before (`refused` lists them): nothing replayed",
         },
+        413: {"model": ErrorDetail, "description": "body over 1 MiB"},
+        415: {"model": ErrorDetail, "description": "a Content-Type other than JSON"},
         503: {"model": ErrorDetail, "description": "Kafka did not take the replay"},
     },
 )
-async def replay(body: ReplayRequest, console: ConsoleDep) -> dict[str, Any]:
-    """Send dead letters back to their source topics, once each: with their original key
-    and value and a `replayed-from` header, validated first where the topic has a
-    validator (a record still invalid goes back to its dead-letter topic)."""
-    wanted = [Wanted(r.topic, r.partition, r.offset) for r in body.records]
-    return {"results": await console.replayer.replay(wanted)}
 
 
 @router.get("/nightly", response_model=Nightly, responses=ERRORS)

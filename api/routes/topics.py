@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-import zlib
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Request
@@ -15,18 +13,10 @@ from fastapi.openapi.models import Example
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from prometheus_client import Counter
-from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect
 
+from api.bodies import BodyProblem, json_body, parsed
 from api.deps import Worker, authorize, require_token
-from api.errors import (
-    InvalidRecords,
-    NotFound,
-    PayloadTooLarge,
-    QueryError,
-    RequestTimeout,
-    UnsupportedMediaType,
-)
+from api.errors import InvalidRecords, NotFound, PayloadTooLarge, QueryError
 from api.metrics import REGISTRY
 from api.producer import RecordProducer
 from api.records import prepare
@@ -42,8 +32,6 @@ from api.schemas import (
 from api.tokens import Token, encode_token
 from tables.pipeline import SourceSpec
 
-#: Largest request body, in bytes.
-MAX_BODY_BYTES = 1024 * 1024
 #: Most records in one request.
 MAX_RECORDS = 1000
 
@@ -72,135 +60,6 @@ REASONS = {
 
 #: The topics records may be written to, each with its declared type (None: any value).
 Inputs = dict[str, SourceSpec | None]
-
-
-#: What a refused body may still send, and how long it may take, before the answer: a
-#: client that sends a whole body before it reads the answer (most do) then reads the 413
-#: instead of a connection reset by a server that stopped reading.
-DRAIN_BYTES = 16 * MAX_BODY_BYTES
-#: How long a body of at most MAX_BODY_BYTES may take to arrive.
-BODY_TIMEOUT_S = 10.0
-DRAIN_IDLE_S = 0.2
-DRAIN_TOTAL_S = 2.0
-
-
-async def read_bounded(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The request body, or PayloadTooLarge as soon as it is known to exceed ``limit``:
-    from Content-Length before reading anything, else while it streams in. What the
-    client goes on sending of a refused body is read and dropped first (within bounds)."""
-    declared = request.headers.get("content-length", "")
-    stream = request.stream().__aiter__()
-    if declared.isdigit() and int(declared) > limit:
-        if int(declared) <= DRAIN_BYTES:
-            await _drain(stream)
-        raise PayloadTooLarge(f"body of {declared} bytes; at most {limit}")
-    chunks, size = [], 0
-    try:
-        async with asyncio.timeout(BODY_TIMEOUT_S):
-            async for chunk in stream:
-                size += len(chunk)
-                if size > limit:
-                    await _drain(stream)
-                    raise PayloadTooLarge(f"body of more than {limit} bytes")
-                chunks.append(chunk)
-    except TimeoutError:
-        raise RequestTimeout(
-            f"the body did not arrive within {BODY_TIMEOUT_S:g} s ({size} bytes came)"
-        ) from None
-    except ClientDisconnect:  # nobody is left to answer: nothing was written
-        raise RequestTimeout("the client closed the connection before its body arrived") from None
-    return b"".join(chunks)
-
-
-async def _drain(stream: AsyncIterator[bytes]) -> None:
-    """Read and drop what arrives of a refused body: up to DRAIN_BYTES in DRAIN_TOTAL_S,
-    and no longer than DRAIN_IDLE_S after the client last sent something."""
-    loop = asyncio.get_running_loop()
-    deadline, dropped = loop.time() + DRAIN_TOTAL_S, 0
-    while dropped <= DRAIN_BYTES:
-        wait = min(DRAIN_IDLE_S, deadline - loop.time())
-        if wait <= 0:
-            return
-        try:
-            dropped += len(await asyncio.wait_for(anext(stream), wait))
-        except (StopAsyncIteration, TimeoutError, ClientDisconnect):
-            return
-
-
-#: The body encodings the route reads (Content-Encoding), each by how zlib reads it.
-ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
-
-
-def media_type(request: Request) -> str | None:
-    """The body's media type, lower case without parameters; None when not given."""
-    declared = request.headers.get("content-type")
-    if declared is None:
-        return None
-    return declared.split(";", 1)[0].strip().lower() or None
-
-
-def check_media_type(found: str | None) -> None:
-    """JSON only: ``application/json`` or an ``application/...+json`` type. A body sent
-    without a type is read as JSON (as many clients send one); a form or text body gets a
-    415 that says what to send instead of the 422 a JSON parser would give it."""
-    json = found == "application/json" or (
-        found is not None and found.startswith("application/") and found.endswith("+json")
-    )
-    if found is not None and not json:
-        raise UnsupportedMediaType(
-            f"Content-Type {found!r}: the body must be JSON (Content-Type: application/json)"
-        )
-
-
-def decoded_body(request: Request, body: bytes, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The body with its Content-Encoding undone (gzip or deflate), at most ``limit`` bytes
-    once inflated; an encoding the route does not read is a 415."""
-    encoding = request.headers.get("content-encoding", "").strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    wbits = ENCODINGS.get(encoding)
-    if wbits is None:
-        raise UnsupportedMediaType(
-            f"Content-Encoding {encoding[:40]!r}: the body must be sent as it is, or with "
-            "gzip or deflate"
-        )
-    inflate = zlib.decompressobj(wbits)
-    try:
-        found = inflate.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise InvalidRecords(
-            "invalid body; nothing was written", [(None, f"body: not {encoding}: {exc}")]
-        ) from None
-    if len(found) > limit:
-        raise PayloadTooLarge(f"body of more than {limit} bytes once inflated")
-    if not inflate.eof:
-        raise InvalidRecords(
-            "invalid body; nothing was written", [(None, f"body: {encoding} data cut short")]
-        )
-    return found
-
-
-def check_text(body: bytes) -> None:
-    """JSON is UTF-8: a body that is not gets a 422 that names the first bad byte (the
-    JSON parser would answer a bare 400)."""
-    try:
-        body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidRecords(
-            "invalid body; nothing was written",
-            [(None, f"body: not UTF-8: byte 0x{body[exc.start]:02x} at {exc.start}, {exc.reason}")],
-        ) from None
-
-
-def unparsed(error: HTTPException) -> QueryError:
-    """FastAPI's bare 400 for a body its JSON parser raised on (other than a syntax
-    error, which is a 422 already) as this route's 422 naming the cause."""
-    cause = error.__cause__
-    if isinstance(cause, RecursionError):
-        reason = "body: JSON nested too deeply to be read"
-    else:
-        reason = f"body: not readable as JSON ({type(cause).__name__ if cause else error.detail})"
-    return InvalidRecords("invalid body; nothing was written", [(None, reason)])
 
 
 def as_refusal(
@@ -241,20 +100,11 @@ class ProduceRoute(APIRoute):
             try:
                 await authorize(request)
                 check_topic(topic, inputs)
-                body = await read_bounded(request)
-                found = media_type(request)
-                check_media_type(found)
-                body = decoded_body(request, body)
-                check_text(body)
-                scope = request.scope
-                if found is None:  # read as JSON: FastAPI parses a body only with a type
-                    scope = {**scope, "headers": [*scope["headers"], JSON_TYPE]}
                 try:
-                    return await handler(Request(scope, _replay(body)))
-                except HTTPException as error:
-                    if error.status_code != 400:
-                        raise
-                    raise unparsed(error) from None
+                    body, scope = await json_body(request)
+                    return await parsed(handler, scope, body)
+                except BodyProblem as problem:
+                    raise invalid([(None, str(problem))]) from None
             except RequestValidationError as error:
                 max_bytes = request.app.state.worker.settings.max_event_bytes
                 refusal = as_refusal(error, body, inputs[topic], max_bytes)
@@ -267,19 +117,9 @@ class ProduceRoute(APIRoute):
         return bounded
 
 
-JSON_TYPE = (b"content-type", b"application/json")
-
-
 def check_topic(topic: str, inputs: Inputs) -> None:
     if topic not in inputs:
         raise NotFound(f"{topic[:80]!r} is not a source topic: {', '.join(sorted(inputs))}")
-
-
-def _replay(body: bytes) -> Callable[[], Coroutine[Any, Any, dict[str, Any]]]:
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return receive
 
 
 def invalid(problems: list[tuple[int | None, str]]) -> InvalidRecords:

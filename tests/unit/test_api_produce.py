@@ -19,9 +19,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agents.schemas import SOURCE_TOPICS, ItemEvent
+from api.bodies import MAX_BODY_BYTES
 from api.metrics import REGISTRY
 from api.records import Outgoing
-from api.routes.topics import MAX_BODY_BYTES
 from api.tokens import Token, decode_token
 from core.topics import partition_for
 from core.values import InvalidEvent, check_key, parse_model
@@ -562,10 +562,10 @@ def test_a_body_that_stops_arriving_is_refused_in_time_and_a_client_that_leaves_
 
     from starlette.requests import Request
 
+    from api import bodies
     from api.errors import RequestTimeout
-    from api.routes import topics
 
-    monkeypatch.setattr(topics, "BODY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(bodies, "BODY_TIMEOUT_S", 0.2)
 
     def request(then: dict[str, Any] | None) -> Request:
         sent = [{"type": "http.request", "body": b'{"records"', "more_body": True}]
@@ -581,9 +581,9 @@ def test_a_body_that_stops_arriving_is_refused_in_time_and_a_client_that_leaves_
         return Request(scope, receive)
 
     with pytest.raises(RequestTimeout, match=r"did not arrive within 0.2 s \(10 bytes came\)"):
-        asyncio.run(topics.read_bounded(request(None)))
+        asyncio.run(bodies.read_bounded(request(None)))
     with pytest.raises(RequestTimeout, match="closed the connection before its body arrived"):
-        asyncio.run(topics.read_bounded(request({"type": "http.disconnect"})))
+        asyncio.run(bodies.read_bounded(request({"type": "http.disconnect"})))
 
 
 def test_a_key_with_a_line_break_is_routed_like_any_other() -> None:

@@ -401,6 +401,33 @@ def test_the_console_routes_want_the_token_when_one_is_set() -> None:
     assert answer.status_code == 401
 
 
+def test_a_replay_body_is_read_as_produce_reads_one() -> None:
+    client = TestClient(make_api(token="s3cret"))
+    auth = {"Authorization": "Bearer s3cret"}
+    body = b'{"records": [{"topic": "text-lines-dlq", "partition": -1, "offset": 0}]}'
+    # without the token nothing is looked at, whatever the body
+    answer = client.post(
+        "/dead-letters/replay", content=b"x", headers={"content-type": "text/plain"}
+    )
+    assert answer.status_code == 401
+    answer = client.post(
+        "/dead-letters/replay", content=body, headers={**auth, "content-type": "text/plain"}
+    )
+    assert answer.status_code == 415, answer.text
+    assert answer.json()["detail"].startswith("Content-Type 'text/plain': the body must be JSON")
+    # no type at all: read as JSON (here FastAPI's own 422 for the negative partition)
+    answer = client.post("/dead-letters/replay", content=body, headers=auth)
+    assert answer.status_code == 422, answer.text
+    assert "partition" in answer.text
+    answer = client.post(
+        "/dead-letters/replay",
+        content=b"[" * 5000 + b"]" * 5000,
+        headers={**auth, "content-type": "application/json"},
+    )
+    assert answer.status_code == 422, answer.text
+    assert answer.json() == {"detail": "body: JSON nested too deeply to be read"}
+
+
 def test_the_flow_report_has_the_rates_and_sources_the_topology_needs_and_no_copies() -> None:
     client = TestClient(make_api())
     flow = client.get("/internal/console/flow").json()
