@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -15,6 +15,7 @@ from api.peers import FORWARDED_HEADER
 from api.queries import Queries, key_within_limit
 from api.routing import QueryTable
 from api.scans import Scans
+from api.schemas import ErrorDetail
 from tables.membership import WorkerView
 
 
@@ -75,5 +76,9 @@ ScansDep = Annotated[Scans, Depends(get_scans)]
 ChangesDep = Annotated[Changes, Depends(get_changes)]
 Table = Annotated[QueryTable, Depends(get_table)]
 ForwardedBy = Annotated[str | None, Depends(forwarded_by)]
+#: The answer every route behind the token documents.
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorDetail, "description": "missing or wrong bearer token"}
+}
 #: A key in a route's path: 1 to 1,024 bytes of UTF-8 (else a 422 that says so).
 KeyPath = Annotated[str, Path(min_length=1), AfterValidator(key_within_limit)]

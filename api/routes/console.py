@@ -20,7 +20,7 @@ from api.console.schemas import (
     Topology,
 )
 from api.console.topology import build, group_flow, group_lag
-from api.deps import require_token
+from api.deps import UNAUTHORIZED, require_token
 from api.errors import KafkaUnavailable, NotFound
 from api.schemas import ErrorDetail
 
@@ -32,7 +32,7 @@ def get_console(request: Request) -> Console:
 
 ConsoleDep = Annotated[Console, Depends(get_console)]
 
-router = APIRouter(tags=["console"], dependencies=[Depends(require_token)])
+router = APIRouter(tags=["console"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
 internal = APIRouter(
     prefix="/internal/console",
     tags=["internal"],
@@ -73,7 +73,15 @@ async def group(console: ConsoleDep) -> dict[str, Any]:
     }
 
 
-@router.get("/dead-letters", response_model=DeadLetters, responses=ERRORS)
+@router.get(
+    "/dead-letters",
+    response_model=DeadLetters,
+    responses={
+        **ERRORS,
+        404: {"model": ErrorDetail, "description": "`topic` is not a dead-letter topic"},
+        503: {"model": ErrorDetail, "description": "the replay log cannot be read"},
+    },
+)
 async def dead_letters(
     console: ConsoleDep,
     topic: Annotated[str | None, Query(max_length=249)] = None,

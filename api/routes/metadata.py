@@ -11,12 +11,17 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from api.deps import KeyPath, QueriesDep, Table, require_token
+from api.deps import UNAUTHORIZED, KeyPath, QueriesDep, Table, require_token
 from api.queries import Queries
 from api.routes.tables import ERRORS
 from api.schemas import GroupMetadata, HostAssignment, KeyMetadata
 
-router = APIRouter(prefix="/metadata", tags=["metadata"], dependencies=[Depends(require_token)])
+router = APIRouter(
+    prefix="/metadata",
+    tags=["metadata"],
+    dependencies=[Depends(require_token)],
+    responses=UNAUTHORIZED,
+)
 
 
 async def gather_hosts(queries: Queries) -> list[HostAssignment]:

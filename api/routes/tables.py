@@ -8,7 +8,16 @@ import orjson
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
-from api.deps import ChangesDep, ForwardedBy, KeyPath, QueriesDep, ScansDep, Table, require_token
+from api.deps import (
+    UNAUTHORIZED,
+    ChangesDep,
+    ForwardedBy,
+    KeyPath,
+    QueriesDep,
+    ScansDep,
+    Table,
+    require_token,
+)
 from api.queries import DEFAULT_WAIT_MS, MAX_KEY_BYTES, MAX_WAIT_MS, Answer, ReadOptions
 from api.schemas import (
     ErrorDetail,
@@ -22,7 +31,12 @@ from api.schemas import (
 )
 from api.tokens import MAX_TOKEN_CHARS
 
-router = APIRouter(prefix="/tables", tags=["tables"], dependencies=[Depends(require_token)])
+router = APIRouter(
+    prefix="/tables",
+    tags=["tables"],
+    dependencies=[Depends(require_token)],
+    responses=UNAUTHORIZED,
+)
 
 #: Epoch milliseconds up to the year 9999.
 MAX_MS = 253_402_300_799_999

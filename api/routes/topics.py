@@ -15,7 +15,7 @@ from fastapi.routing import APIRoute
 from prometheus_client import Counter
 
 from api.bodies import BodyProblem, json_body, parsed
-from api.deps import Worker, authorize, require_token
+from api.deps import UNAUTHORIZED, Worker, authorize, require_token
 from api.errors import InvalidRecords, NotFound, PayloadTooLarge, QueryError
 from api.metrics import REGISTRY
 from api.producer import RecordProducer
@@ -134,7 +134,9 @@ router = APIRouter(
     dependencies=[Depends(require_token)],
     route_class=ProduceRoute,
 )
-listing = APIRouter(prefix="/topics", tags=["topics"], dependencies=[Depends(require_token)])
+listing = APIRouter(
+    prefix="/topics", tags=["topics"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED
+)
 
 
 @listing.get("", response_model=TopicList, summary="The topics records may be written to")
@@ -174,6 +176,7 @@ EXAMPLES = {
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorDetail, "description": "missing or wrong bearer token"},
     404: {"model": ErrorDetail, "description": "not one of the source topics"},
+    408: {"model": ErrorDetail, "description": "the body did not arrive within 10 s"},
     413: {"model": ErrorDetail, "description": "body over 1 MiB, or over 1,000 records"},
     415: {
         "model": ErrorDetail,

@@ -69,3 +69,20 @@ def test_the_docs_pages_stay_out_of_the_openapi_document() -> None:
     assert "/docs" not in paths
     assert "/redoc" not in paths
     assert "/tables/{table}/keys/{key}" in paths
+
+
+def test_every_route_behind_the_token_documents_its_401() -> None:
+    """What a client without the token gets is in the OpenAPI document of every route
+    that asks for it: each path that answers 401 without it says so."""
+    client = TestClient(make_api(token="s3cret"))
+    document = client.get("/openapi.json").json()
+    missing = []
+    for path, methods in document["paths"].items():
+        for method, operation in methods.items():
+            concrete = path.replace("{table}", "word_counts").replace("{key}", "k")
+            concrete = concrete.replace("{topic}", "text-lines")
+            status = client.request(method.upper(), concrete).status_code
+            if status == 401 and "401" not in operation["responses"]:
+                missing.append(f"{method.upper()} {path}")
+    assert missing == []
+    assert "401" in document["paths"]["/tables"]["get"]["responses"]  # one the test reached

@@ -490,7 +490,7 @@ def test_the_produce_route_documents_its_body_answers_and_errors() -> None:
     assert body["schema"] == {"$ref": "#/components/schemas/ProduceRequest"}
     assert set(body["examples"]) == {"text", "json"}
     responses = operation["responses"]
-    assert set(responses) == {"200", "401", "404", "413", "415", "422", "503"}
+    assert set(responses) == {"200", "401", "404", "408", "413", "415", "422", "503"}
     schema = responses["422"]["content"]["application/json"]["schema"]
     assert schema == {"$ref": "#/components/schemas/InvalidRecordsDetail"}
     assert "Retry-After" in responses["503"]["headers"]
