@@ -60,6 +60,13 @@ def require_token(
     if not expected:
         return
     if credentials is None:
+        given = request.headers.get("authorization", "").strip()
+        if given:
+            scheme = given.split(" ", 1)[0][:20]
+            raise Unauthorized(
+                f"the Authorization header's scheme is {scheme!r}: send "
+                "'Authorization: Bearer <token>'"
+            )
         raise Unauthorized("missing bearer token")
     if not hmac.compare_digest(credentials.credentials.encode(), expected.encode()):
         raise Unauthorized("invalid bearer token")

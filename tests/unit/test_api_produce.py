@@ -434,6 +434,14 @@ def test_without_the_bearer_token_nothing_is_looked_at(producer: FakeProducer) -
     wrong = {"Authorization": "Bearer nope"}
     answer = client.post("/topics/text-lines/records", content=b"x" * (2 << 20), headers=wrong)
     assert answer.status_code == 401
+    assert answer.json()["detail"] == "invalid bearer token"
+    basic = {"Authorization": "Basic dXNlcjpzM2NyZXQ="}
+    answer = client.get("/topics", headers=basic)
+    assert answer.status_code == 401
+    assert answer.json()["detail"] == (
+        "the Authorization header's scheme is 'Basic': send 'Authorization: Bearer <token>'"
+    )
+    assert client.get("/topics").json()["detail"] == "missing bearer token"
     assert producer.sent == []
 
 
