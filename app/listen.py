@@ -15,14 +15,18 @@ its timeout.
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
 import threading
+import time
 from collections.abc import Mapping, Sequence
 
 #: Where the worker serves when neither the command line nor the environment says
 #: (core/settings.py's defaults).
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6066
+#: How long a worker waits for its address while another process holds it.
+TAKEN_WAIT_S = 3.0
 
 _reserved: dict[tuple[str, int], socket.socket] = {}
 _answering: dict[socket.socket, StartingAnswers] = {}
@@ -122,13 +126,46 @@ def worker_address(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str
         return None
 
 
-def reserve(argv: Sequence[str], environ: Mapping[str, str]) -> socket.socket | None:
+class PortTaken(OSError):
+    """Another process holds the worker's address: the worker cannot serve."""
+
+
+def reserve(
+    argv: Sequence[str], environ: Mapping[str, str], wait_s: float = TAKEN_WAIT_S
+) -> socket.socket | None:
     """Bind and listen on the worker's address now; None when this is no worker's
-    command line or the address cannot be bound (the server then binds it later, as
-    without this)."""
+    command line or the address cannot be bound for another reason than its being taken
+    (the server then binds it later, as without this). An address another process holds
+    is waited for ``wait_s`` (a worker killed just before lets go of it within
+    milliseconds), then :class:`PortTaken` is raised: a worker that cannot serve its
+    address would join its group under that address all the same."""
     address = worker_address(argv, environ)
     if address is None:
         return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            sock = _listen(address)
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                return None
+            if time.monotonic() >= deadline:
+                raise PortTaken(
+                    error.errno,
+                    f"the worker's address {address[0]}:{address[1]} is taken by another "
+                    f"process ({error.strerror}); give the worker a free one with --web-port "
+                    "(or WEB_PORT)",
+                ) from None
+            time.sleep(0.1)
+            continue
+        break
+    _reserved[address] = sock
+    answers = _answering[sock] = StartingAnswers(sock)
+    answers.start()
+    return sock
+
+
+def _listen(address: tuple[str, int]) -> socket.socket:
     # Named TCP, as the server's own socket would be: asyncio turns Nagle's algorithm off
     # (TCP_NODELAY) only on connections of a socket whose protocol says TCP; with it on,
     # a response written in two parts waited out the client's delayed ACK (40 ms).
@@ -140,10 +177,7 @@ def reserve(argv: Sequence[str], environ: Mapping[str, str]) -> socket.socket | 
         sock.listen(2048)
     except OSError:
         sock.close()
-        return None
-    _reserved[address] = sock
-    answers = _answering[sock] = StartingAnswers(sock)
-    answers.start()
+        raise
     return sock
 
 

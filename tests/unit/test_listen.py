@@ -6,6 +6,10 @@ import asyncio
 import http.client
 import json
 import socket
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,13 +76,52 @@ def test_a_reserved_port_answers_starting_until_the_server_takes_it_over() -> No
         socket.create_connection(("127.0.0.1", port), timeout=2.0)
 
 
-def test_a_port_taken_by_another_process_is_left_to_the_server() -> None:
+def test_a_port_another_process_holds_is_waited_for_then_refused() -> None:
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen(1)
         port = other.getsockname()[1]
         command = ["faust", "-A", "app.main", "worker", "--web-port", str(port)]
-        assert listen.reserve(command, {}) is None
+        started = time.monotonic()
+        with pytest.raises(listen.PortTaken, match=f"127.0.0.1:{port} is taken by another"):
+            listen.reserve(command, {}, wait_s=0.3)
+        assert time.monotonic() - started >= 0.3
+
+
+def test_a_port_let_go_of_while_waiting_is_taken() -> None:
+    """A worker started again right after a kill -9 finds its port free moments later."""
+    other = socket.socket()
+    other.bind(("127.0.0.1", 0))
+    other.listen(1)
+    port = other.getsockname()[1]
+    threading.Timer(0.3, other.close).start()
+    command = ["faust", "-A", "app.main", "worker", "--web-port", str(port)]
+    reserved = listen.reserve(command, {}, wait_s=5.0)
+    assert reserved is not None
+    assert listen.take("127.0.0.1", port) is reserved
+    listen.hand_over(reserved)
+    reserved.close()
+
+
+def test_a_worker_whose_port_is_taken_exits_at_once_saying_so() -> None:
+    """Before, it ran on without its API for a minute, joined to its group under an
+    address it could not serve."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen(1)
+        port = other.getsockname()[1]
+        started = time.monotonic()
+        finished = subprocess.run(
+            [sys.executable, "-c", "import app", "worker", "--web-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert finished.returncode == 1, finished
+    assert f"127.0.0.1:{port} is taken by another process" in finished.stderr
+    assert "--web-port" in finished.stderr
+    assert time.monotonic() - started < 30
 
 
 def test_a_reservation_for_another_address_is_closed_when_the_server_takes_its_own() -> None:
