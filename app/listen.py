@@ -103,10 +103,17 @@ def _option(argv: Sequence[str], *names: str) -> str | None:
     return found
 
 
+def _faust_command(argv: Sequence[str]) -> bool:
+    """Whether the command line is faust's (``faust -A app.main worker ...``): pytest or
+    a script with "worker" among its arguments serves nothing."""
+    named_app = any(arg in ("-A", "--app") or arg.startswith("--app=") for arg in argv)
+    return named_app or "faust" in argv[0].rsplit("/", 1)[-1]
+
+
 def worker_address(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, int] | None:
     """The host and port a ``faust ... worker`` command line serves on; None for any
     other command (or a port that is not a number)."""
-    if "worker" not in argv[1:]:
+    if "worker" not in argv[1:] or not _faust_command(argv):
         return None
     host = (
         _option(argv, "--web-host", "-h")

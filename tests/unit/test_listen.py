@@ -38,6 +38,8 @@ def test_the_address_comes_from_the_worker_command_line_then_the_environment() -
     assert listen.worker_address(given, {"WEB_PORT": "7000"}) == ("10.0.0.5", 6070)
     assert listen.worker_address([*command, "-p", "6071"], {}) == ("127.0.0.1", 6071)
     assert listen.worker_address(["pytest", "tests"], {}) is None
+    assert listen.worker_address(["pytest", "-k", "worker"], {}) is None  # not faust's
+    assert listen.worker_address(["/venv/bin/faust", "worker"], {}) == ("127.0.0.1", 6066)
     assert listen.worker_address(["faust", "-A", "app.main", "agents"], {}) is None
 
 
@@ -112,7 +114,7 @@ def test_a_worker_whose_port_is_taken_exits_at_once_saying_so() -> None:
         port = other.getsockname()[1]
         started = time.monotonic()
         finished = subprocess.run(
-            [sys.executable, "-c", "import app", "worker", "--web-port", str(port)],
+            [sys.executable, "-m", "faust", "-A", "app.main", "worker", "--web-port", str(port)],
             capture_output=True,
             text=True,
             timeout=60,
