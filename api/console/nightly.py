@@ -91,6 +91,11 @@ class NightlyReports:
             except (OSError, orjson.JSONDecodeError) as error:
                 detail = f"{path} cannot be read: {error}"
                 return {"looked_in": str(self.place), "report": None, "detail": detail}
-            self._summary = summarize(path, report if isinstance(report, dict) else {})
+            if not isinstance(report, dict) or not isinstance(report.get("tables"), dict):
+                detail = (
+                    f"{path} is not a nightly report: a JSON object with its tables is expected"
+                )
+                return {"looked_in": str(self.place), "report": None, "detail": detail}
+            self._summary = summarize(path, report)
             self._seen = seen
         return {"looked_in": str(self.place), "report": self._summary, "detail": None}

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import orjson
+import pytest
 from starlette.testclient import TestClient
 
 from agents.schemas import ITEM_EVENTS, TEXT_LINES
@@ -239,6 +240,20 @@ def test_the_newest_nightly_report_is_summarized_per_table(tmp_path: Path) -> No
     [t1, t2] = summary["tables"]
     assert (t1["keys_compared"], t1["differing"], t1["repaired"]) == (10, 3, 3)
     assert t2 == {"name": "t2", "recomputed": False}
+
+
+@pytest.mark.parametrize("found", [[], [{"tables": {}}], {"seconds": 3}, {"tables": []}, "x"])
+def test_a_report_file_that_is_no_nightly_report_is_said_to_be_none(
+    tmp_path: Path, found: object
+) -> None:
+    run_dir = tmp_path / "20261126T020000Z"
+    run_dir.mkdir()
+    (run_dir / "report.json").write_bytes(orjson.dumps(found))
+    latest = NightlyReports(tmp_path).latest()
+    assert latest["report"] is None
+    assert latest["detail"].endswith(
+        "is not a nightly report: a JSON object with its tables is expected"
+    )
 
 
 def test_a_dead_letter_shows_text_or_base64_and_says_when_it_is_cut() -> None:
