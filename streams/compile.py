@@ -391,7 +391,10 @@ def _graph(plan: Plan) -> Graph:
             edges.append((origin, step_id(node)))
         if node.op == "join_global":
             table = node.params["table"]
+            add(f"topic:{table.topic}", "source", table.topic)
             add(f"table:{table.name}", "global", table.name)
+            if (f"topic:{table.topic}", f"table:{table.name}") not in edges:
+                edges.append((f"topic:{table.topic}", f"table:{table.name}"))
             edges.append((f"table:{table.name}", step_id(node)))
         if node.op == "join_table":
             add(f"table:{node.params['table']}", "table", node.params["table"])

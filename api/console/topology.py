@@ -148,7 +148,7 @@ def build(
         if steps is None:
             _single_step(graph, pipeline, flow)
         else:
-            _finer_steps(graph, pipeline, steps, flow)
+            _finer_steps(graph, pipeline, steps, flow, table_kinds)
     return {"nodes": list(graph.nodes.values()), "edges": graph.edges}
 
 
@@ -169,15 +169,32 @@ def _single_step(graph: _Graph, pipeline: Any, flow: Flow) -> None:
 SHARED_KINDS = {"dlq": "dead-letter", "global": "table"}
 
 
-def _finer_steps(graph: _Graph, pipeline: Any, steps: StepGraph, flow: Flow) -> None:
+def _finer_steps(
+    graph: _Graph,
+    pipeline: Any,
+    steps: StepGraph,
+    flow: Flow,
+    table_kinds: Mapping[str, str],
+) -> None:
     name: str = pipeline.name
+    globals_ = set()
     for node in steps.nodes:
-        if node.id.startswith(("topic:", "table:")):  # shared: kept as first drawn
+        if node.kind == "global":  # a global table: the topic it is restored from feeds it
+            globals_.add(node.id)
+            queryable = node.label in table_kinds
+            graph.node(node.id, "table", node.label, table_kind="global", queryable=queryable)
+        elif node.id.startswith(("topic:", "table:")):  # shared: kept as first drawn
             graph.node(node.id, SHARED_KINDS.get(node.kind, node.kind), node.label)
         else:
             graph.node(_endpoint(name, node.id), "step", node.label, pipeline=name, step=node.kind)
     for source, target in steps.edges:
         rate: float | None = None
+        if target in globals_:
+            # Every worker restores its own copy from the topic: no pipeline's rate, and
+            # the edge drawn once, whichever pipelines join the table.
+            if not any(e["from"] == source and e["to"] == target for e in graph.edges):
+                graph.edge(source, target, None, "global")
+            continue
         if source.startswith("topic:"):
             rate = flow.read.get((name, source.removeprefix("topic:")), 0.0)
         elif target.startswith("topic:"):

@@ -115,6 +115,37 @@ def test_a_pipeline_with_its_own_graph_shows_its_steps_and_rates_at_its_edges() 
     }
 
 
+def test_a_global_table_is_drawn_as_one_fed_by_its_topic() -> None:
+    from streams import Json, Topology
+    from streams.compile import compile_all
+    from streams.loading import collect
+    from tables.pipeline import Context
+
+    topology = Topology("shop")
+    customers = topology.global_table("customer-updates", Json, key="id", name="customers")
+    orders = topology.source("orders", Json, key="customer")
+    joined = orders.join(customers, lambda order, customer: order, key=lambda o: o["customer"])
+    joined.group_by_key().count("orders_per_customer")
+    orders.join(customers, lambda order, customer: 1, key=lambda o: o["customer"]).to("out")
+    context = Context(partitions=1, max_event_bytes=1024, window_retention_ms=1)
+    pipelines = collect(*compile_all([topology], context)).pipelines
+    kinds = {"customers": "global", "orders_per_customer": "table"}
+    graph = build(pipelines, kinds, Flow(), {})
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    table = nodes["table:customers"]
+    assert (table["kind"], table["table_kind"], table["queryable"]) == ("table", "global", True)
+    fed = [e for e in graph["edges"] if e["to"] == "table:customers"]
+    assert fed == [
+        {
+            "from": "topic:customer-updates",
+            "to": "table:customers",
+            "records_per_s": None,
+            "pipeline": "global",
+        }
+    ]
+    assert nodes["topic:customer-updates"]["kind"] == "source"
+
+
 def test_the_group_figures_add_up_the_members_rates_and_lag() -> None:
     def report(rate: float, lag: int, age: int) -> dict[str, Any]:
         return {
