@@ -16,7 +16,7 @@ from prometheus_client import Counter
 
 from api.bodies import BodyProblem, json_body, parsed
 from api.deps import UNAUTHORIZED, Worker, authorize, require_token
-from api.errors import InvalidRecords, NotFound, PayloadTooLarge, QueryError
+from api.errors import InvalidRecords, KafkaUnavailable, NotFound, PayloadTooLarge, QueryError
 from api.metrics import REGISTRY
 from api.producer import RecordProducer
 from api.records import prepare
@@ -190,7 +190,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     503: {
         "model": ErrorDetail,
         "description": "Kafka did not acknowledge the records (the detail says how many "
-        "were written all the same); retry after Retry-After seconds",
+        "were written all the same), or the worker has no live connection to any broker "
+        "(nothing was written); retry after Retry-After seconds",
         "headers": {
             "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}
         },
@@ -225,6 +226,13 @@ async def produce(
     ready, problems = prepare(inputs[topic], body.records, worker.settings.max_event_bytes)
     if problems:
         raise invalid(list(problems))
+    if worker.membership.broker_connected() is False:
+        # /ready says so too: no need to wait out the acknowledgement's timeout, and
+        # nothing is handed to the producer that could be written later behind a 503.
+        raise KafkaUnavailable(
+            f"no live connection to any Kafka broker of {worker.settings.bootstrap_servers}; "
+            "nothing was written"
+        )
     producer: RecordProducer = request.app.state.producer
     placed = await producer.send(topic, ready)
     PRODUCED.labels(topic).inc(len(placed))

@@ -462,6 +462,21 @@ def test_kafka_out_of_reach_is_a_503_with_retry_after() -> None:
     assert "cannot connect to Kafka" in answer.json()["detail"]
 
 
+def test_with_no_live_broker_connection_a_write_is_refused_at_once(producer: FakeProducer) -> None:
+    """The worker's consumer has lost every broker (what /ready reports): the write is
+    refused before anything reaches the producer, not after its acknowledgement timeout
+    with records that may still be written later."""
+    api = make_api()
+    api.state.producer = producer
+    api.state.worker.membership.broker_connected = lambda: False
+    answer = post(TestClient(api, headers=AUTH), "text-lines", [{"key": None, "value": "x"}])
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "2"
+    assert answer.json()["detail"].startswith("no live connection to any Kafka broker of ")
+    assert answer.json()["detail"].endswith("; nothing was written")
+    assert producer.sent == []
+
+
 def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
