@@ -332,8 +332,14 @@ def test_a_compressed_body_is_inflated_within_the_body_limit(
     [
         ("br", b"anything", 415, "Content-Encoding 'br': the body must be sent as it is"),
         ("gzip", b"not gzip at all", 422, "body: not gzip: "),
-        ("gzip", gzip.compress(b'{"records": []}')[:-12], 422, "body: gzip data cut short"),
+        (
+            "gzip",
+            gzip.compress(b'{"records": []}', mtime=0)[:-12],
+            422,
+            "body: gzip data cut short",
+        ),
     ],
+    ids=["brotli", "not-gzip", "gzip-cut-short"],
 )
 def test_a_body_in_an_encoding_not_read_or_broken_is_refused(
     client: TestClient, producer: FakeProducer, encoding: str, body: bytes, status: int, detail: str
