@@ -30,6 +30,9 @@ from tables.windows import AnyWindow
 
 #: Header of a dead-letter record naming why it was refused.
 ERROR_HEADER = "error"
+#: Header of a dead letter whose record one pipeline's step raised on: that pipeline's
+#: name (the other pipelines reading its topic applied the record).
+FAILED_PIPELINE_HEADER = "failed-pipeline"
 
 
 class TP(NamedTuple):
@@ -672,15 +675,19 @@ class Batch:
         self.dead_lettered[record.topic] = self.dead_lettered.get(record.topic, 0) + 1
 
 
-def dead_letter_record(record: SourceRecord, reason: str) -> Output:
+def dead_letter_record(
+    record: SourceRecord, reason: str, failed_pipeline: str | None = None
+) -> Output:
     """The dead-letter record of a fetched record: its original bytes, and headers that
-    say why and where from."""
+    say why and where from (and, for a step that raised, in which pipeline)."""
     headers: list[tuple[str, bytes]] = [
         (ERROR_HEADER, reason.encode("utf-8")),
         ("source-topic", record.topic.encode()),
         ("source-partition", str(record.partition).encode()),
         ("source-offset", str(record.offset).encode()),
     ]
+    if failed_pipeline is not None:
+        headers.append((FAILED_PIPELINE_HEADER, failed_pipeline.encode("utf-8")))
     return Output(dlq_topic(record.topic), record.key, record.value, headers=headers)
 
 

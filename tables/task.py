@@ -505,7 +505,7 @@ class Task:
                 record.offset,
                 reason,
             )
-            letter = dead_letter_record(record, reason[:1000])
+            letter = dead_letter_record(record, reason[:1000], pipeline.name)
             work.produced.append(Produced(letter, record.timestamp, pipeline.name, record))
             work.sent[(pipeline.name, letter.topic)] += 1
             work.dead_letters[record.topic] += 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
+from typing import Any
 
 from api.background import pause, stopped
 from api.console.dead_letters import DeadLetterTail
@@ -19,6 +21,15 @@ from core.topics import dlq_topic
 from tables.membership import WorkerView
 
 logger = logging.getLogger(__name__)
+
+
+def readers_of(pipelines: Iterable[Any]) -> dict[str, list[str]]:
+    """Per source topic, the pipelines that read it."""
+    found: dict[str, list[str]] = {}
+    for pipeline in pipelines:
+        for topic in pipeline.reads:
+            found.setdefault(topic, []).append(pipeline.name)
+    return found
 
 
 class Console:
@@ -53,6 +64,7 @@ class Console:
             settings.topic_partitions,
             settings.max_event_bytes,
             queries.routing.own_url,
+            readers=readers_of(self.pipelines),
         )
         self.nightly = NightlyReports(settings.nightly_reports)
         self._warm_up: asyncio.Task[None] | None = None

@@ -19,13 +19,20 @@ from api.console.replay_log import ReplayLog
 from api.errors import BadRequest, KafkaUnavailable, NotFound, QueryError
 from api.records import check_raw
 from core.values import InvalidEvent
-from tables.pipeline import ERROR_HEADER, SourceSpec
+from tables.pipeline import ERROR_HEADER, FAILED_PIPELINE_HEADER, SourceSpec
 
 SOURCE_HEADERS = ("source-topic", "source-partition", "source-offset")
 
 
 class AlreadyReplayed(QueryError):
     """Some dead letters asked for were replayed (or claimed) before: nothing was done."""
+
+    status = 409
+
+
+class AppliedElsewhere(QueryError):
+    """A dead letter of a step that raised in one pipeline, while others reading its topic
+    applied the record: a replay to the topic would apply it to them again."""
 
     status = 409
 
@@ -66,6 +73,7 @@ class Replayer:
         partitions: int,
         max_event_bytes: int,
         own_url: str,
+        readers: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.log = log
@@ -76,6 +84,8 @@ class Replayer:
         self.partitions = partitions
         self.max_event_bytes = max_event_bytes
         self.own_url = own_url
+        #: source topic -> the pipelines that read it
+        self.readers = {topic: tuple(names) for topic, names in (readers or {}).items()}
 
     def check(self, wanted: Sequence[Wanted]) -> None:
         """400 or 404 for a request that names no dead letter of this worker's topics."""
@@ -93,8 +103,12 @@ class Replayer:
         """What the replay log says of a dead letter (None: never replayed)."""
         return self.log.states.get(name)
 
-    async def replay(self, wanted: Sequence[Wanted]) -> list[dict[str, Any]]:
-        """Replay each dead letter; 409 (nothing done) if any was replayed before."""
+    async def replay(
+        self, wanted: Sequence[Wanted], apply_to_all: bool = False
+    ) -> list[dict[str, Any]]:
+        """Replay each dead letter; 409 (nothing done) if any was replayed before, or if
+        one is a record a step raised on in one pipeline while other pipelines applied it
+        (unless ``apply_to_all``: they apply it again)."""
         self.check(wanted)
         try:
             await self.log.caught_up()
@@ -119,7 +133,27 @@ class Replayer:
                     f"{w.name} names source topic {named.decode('utf-8', 'replace')!r}, not "
                     f"{self.sources[w.topic]!r}; nothing was replayed"
                 )
+        if not apply_to_all:
+            self._check_not_applied(wanted, letters)
         return [await self._one(w, letter) for w, letter in zip(wanted, letters, strict=True)]
+
+    def _check_not_applied(self, wanted: Sequence[Wanted], letters: Sequence[DeadLetter]) -> None:
+        """409 when a dead letter's record was applied by pipelines other than the one
+        that failed on it: a replay to the source topic reaches every pipeline reading it."""
+        for w, letter in zip(wanted, letters, strict=True):
+            failed = letter.header(FAILED_PIPELINE_HEADER)
+            if failed is None:  # refused before any pipeline applied it
+                continue
+            pipeline = failed.decode("utf-8", "replace")
+            source = self.sources[w.topic]
+            others = [name for name in self.readers.get(source, ()) if name != pipeline]
+            if others:
+                raise AppliedElsewhere(
+                    f"{w.name}: only pipeline {pipeline} failed on this record; "
+                    f"{', '.join(others)} applied it, and a replay to {source} would apply "
+                    'it to them again. Nothing was replayed; send "apply_to_all": true to '
+                    "replay it all the same."
+                )
 
     async def _one(self, wanted: Wanted, letter: DeadLetter) -> dict[str, Any]:
         claim = await self.log.claim(wanted.name, self.own_url)

@@ -190,6 +190,11 @@ class ReplayTarget(BaseModel):
 
 class ReplayRequest(BaseModel):
     records: list[ReplayTarget] = Field(min_length=1, max_length=100)
+    apply_to_all: bool = Field(
+        False,
+        description="Replay dead letters of a step that raised in one pipeline even though "
+        "other pipelines reading the topic applied the record: they apply it again.",
+    )
 
 
 class Where(BaseModel):

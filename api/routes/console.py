@@ -116,7 +116,7 @@ async def replay(body: ReplayRequest, console: ConsoleDep) -> dict[str, Any]:
     validator (a record still invalid goes back to its dead-letter topic). The body is
     JSON (`Content-Type: application/json`, or no type), as it is or gzip/deflate."""
     wanted = [Wanted(r.topic, r.partition, r.offset) for r in body.records]
-    return {"results": await console.replayer.replay(wanted)}
+    return {"results": await console.replayer.replay(wanted, body.apply_to_all)}
 
 
 router.add_api_route(
@@ -131,7 +131,9 @@ router.add_api_route(
         404: {"model": ErrorDetail, "description": "not a dead-letter topic, or no record there"},
         409: {
             "model": ErrorDetail,
-            "description": "some were replayed before (`refused` lists them): nothing replayed",
+            "description": "some were replayed before (`refused` lists them), or one is a "
+            "record a step raised on in one pipeline while others applied it (see "
+            "`apply_to_all`): nothing replayed",
         },
         413: {"model": ErrorDetail, "description": "body over 1 MiB"},
         415: {"model": ErrorDetail, "description": "a Content-Type other than JSON"},

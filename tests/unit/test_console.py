@@ -287,6 +287,44 @@ def test_a_report_file_that_is_no_nightly_report_is_said_to_be_none(
     )
 
 
+def test_a_dead_letter_applied_by_other_pipelines_is_not_replayed_to_them_unasked() -> None:
+    from api.console.replays import AppliedElsewhere, Replayer, Wanted
+
+    def letter(offset: int, *failed: tuple[str, bytes]) -> DeadLetter:
+        headers = [("error", b"processing failed: ValueError: x"), ("source-topic", b"in")]
+        record = SimpleNamespace(
+            topic="in-dlq", partition=0, offset=offset, timestamp=1, key=b"k", value=b"v",
+            headers=[*headers, *failed],
+        )  # fmt: skip
+        return DeadLetter.of(record)
+
+    readers = {"in": ["t.counts", "t.sums-repartition"], "other": ["t.counts"]}
+    replayer = Replayer(
+        "127.0.0.1:9",
+        None,
+        {"in-dlq": "in"},
+        {},
+        1,
+        1024,
+        "http://w",
+        readers,  # type: ignore[arg-type]
+    )
+    wanted = [Wanted("in-dlq", 0, 3), Wanted("in-dlq", 0, 4)]
+    refused_at_the_source = letter(3)  # no pipeline applied it
+    one_failed = letter(4, ("failed-pipeline", b"t.sums-repartition"))
+    with pytest.raises(AppliedElsewhere) as raised:
+        replayer._check_not_applied(wanted, [refused_at_the_source, one_failed])
+    assert raised.value.status == 409
+    assert raised.value.detail == (
+        "in-dlq/0/4: only pipeline t.sums-repartition failed on this record; t.counts applied "
+        "it, and a replay to in would apply it to them again. Nothing was replayed; send "
+        '"apply_to_all": true to replay it all the same.'
+    )
+    # The only reader failed: nothing else applied it.
+    replayer.readers["in"] = ("t.sums-repartition",)
+    replayer._check_not_applied(wanted, [refused_at_the_source, one_failed])
+
+
 def test_a_dead_letter_shows_text_or_base64_and_says_when_it_is_cut() -> None:
     record = SimpleNamespace(
         topic="t-dlq",

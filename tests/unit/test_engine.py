@@ -444,6 +444,7 @@ def test_a_record_that_raises_goes_to_its_dead_letter_topic_and_the_rest_take_ef
     assert dead.value == b"poison"
     assert headers[ERROR_HEADER] == b"processing failed: RuntimeError: cannot take b'poison'"
     assert headers["source-offset"] == b"2"
+    assert headers["failed-pipeline"] == b"boom"  # the others reading "in" applied it
     assert log.committed[TP("in", 0)] == 5
     assert engine.figures.dead_letters["in"] == 1
     assert engine.figures.failed_records["boom"] == 1
