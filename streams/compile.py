@@ -47,7 +47,8 @@ def join_tables(node: Node) -> tuple[str, str]:
 
 
 def state_table(topology: Topology) -> str:
-    """The table of a topology's own bookkeeping (source event time, for graces)."""
+    """The table of a topology's own bookkeeping (each pipeline's source event time, for
+    graces)."""
     return f"{topology.name}-state"
 
 

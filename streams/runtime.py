@@ -199,6 +199,14 @@ def fresh(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value))
 
 
+def stream_time_key(topic: str, pipeline: str | None = None) -> bytes:
+    """The state table's key of a pipeline's event time of a ``topic`` partition; without
+    a pipeline, of the one a topology kept for all its pipelines before each kept its own."""
+    if pipeline is None:
+        return f"stream-time:{topic}".encode()
+    return f"stream-time:{topic}:{pipeline}".encode()
+
+
 class Runner:
     """The batch function of one compiled pipeline (see the module's docstring)."""
 
@@ -519,13 +527,20 @@ class Runner:
 
     def _stream_times(self, batch: Batch, topic: str, sources: dict[str, Rows]) -> dict[int, int]:
         """Each source record's partition event time (the largest seen up to it), kept
-        across batches in the topology's state table."""
+        across batches in the topology's state table. Each pipeline keeps its own: it
+        sees the topic's records in offset order, whereas a time shared by the pipelines
+        would reach one already moved on by the others' batches of the same cycle."""
         cache = batch.cache.setdefault(("stream-time", topic), {})
         if cache.get("batch") is batch:
             return cache["times"]  # type: ignore[no-any-return]
         table = batch.table(state_table(self.plan.topology))
-        key = f"stream-time:{topic}".encode()
+        key = stream_time_key(topic, self.plan.name)
         current = table.get(key)
+        if current is None:
+            # A deployment that kept one time per topology keeps it across the upgrade. It
+            # is never written now: it would hand a pipeline's first batch the time that
+            # another pipeline's batch of the same cycle reached.
+            current = table.get(stream_time_key(topic))
         source = sources[topic]
         assert source.index is not None
         assert source.times is not None

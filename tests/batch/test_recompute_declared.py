@@ -6,9 +6,10 @@ produced to a real broker, partition by partition, and so are the changelogs the
 tables wrote: these stand in for the workers' changelogs until the workers are wired to
 the streams API. The job must recompute every table of the demo pipelines, of a user's
 pipeline module (windows of three kinds, a global table joined as of event time, a
-grace) and of a batch function that declares its replay equal to the driver's, list the
-batch function that declares nothing as not recomputed, find a changed live value and
-publish its corrections in the contract's format.
+grace), of one with three windows with a grace over one source, and of a batch function
+that declares its replay equal to the driver's, list the batch function that declares
+nothing as not recomputed, find a changed live value and publish its corrections in the
+contract's format.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from jobs.recompute import EXIT_DIFFERS, EXIT_SAME, Options, run
 from streams.testing import TestDriver
 from tables.engine import TP
 from tables.windows import table_key
+from tests.support.graces import WINDOWS
 from tests.support.kafka import ROOT, TEST_PORT, LocalKafka, local_kafka
 from tests.support.kafka_io import create_topics, publish, read_topic
 from tests.support.pipelines import VIEWS
-from tests.support.workloads import DEMO_MODULES, demo_records, page_view_records
+from tests.support.workloads import DEMO_MODULES, click_records, demo_records, page_view_records
 
 pytestmark = [pytest.mark.batch, pytest.mark.integration]
 
@@ -41,7 +43,8 @@ PORT = TEST_PORT + 2000
 PARTITIONS = 4
 USER_MODULE = "tests.support.pipelines"
 BATCH_MODULE = "tests.support.batch_pipelines"
-MODULES = (*DEMO_MODULES, USER_MODULE, BATCH_MODULE)
+GRACES_MODULE = "tests.support.graces"
+MODULES = (*DEMO_MODULES, USER_MODULE, GRACES_MODULE, BATCH_MODULE)
 HOUR_MS = 3_600_000
 
 
@@ -53,6 +56,7 @@ def driver() -> TestDriver:
     found = TestDriver(*MODULES, partitions=PARTITIONS, now_ms=now, fetch_records=400)
     demo_records(found, seed=11, start_ms=now - 3 * HOUR_MS, steps=100)
     page_view_records(found, seed=12, start_ms=now - 2 * HOUR_MS, views=2000)
+    click_records(found, seed=13, start_ms=now - 2 * HOUR_MS)
     for n in range(300):
         found.produce("deposits", {"amount": n % 9}, key=f"acct-{n % 13}", timestamp=now - n)
     found.run()
@@ -119,6 +123,7 @@ RECOMPUTED = {
     "views_per_user",
     "seconds_by_country",
     "sessions",
+    *WINDOWS,
     "deposit_counts",
 }
 
@@ -200,7 +205,7 @@ def test_the_command_line_reads_the_pipeline_modules_from_the_settings(
     env = {
         **os.environ,
         "STREAMSTATE_PIPELINES": ",".join(DEMO_MODULES),
-        "STREAMSTATE_EXTRA_PIPELINES": f"{USER_MODULE},{BATCH_MODULE}",
+        "STREAMSTATE_EXTRA_PIPELINES": f"{USER_MODULE},{GRACES_MODULE},{BATCH_MODULE}",
         "STREAMSTATE_TOPIC_PARTITIONS": str(PARTITIONS),
     }
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

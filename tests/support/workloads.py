@@ -1,6 +1,7 @@
 """Random records for the nightly job's tests, fed to a TestDriver: the demo pipelines'
 (the chaos load's shape: late sales, payments in and out of their window, catalogue
-changes) and the page views of tests/support/pipelines.py."""
+changes), the page views of tests/support/pipelines.py and the clicks of
+tests/support/graces.py."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 
 from chaos.workload import Workload, product_records
 from streams.testing import TestDriver
+from tests.support.graces import CLICKS
 from tests.support.pipelines import BROKEN_PAGE, USERS, VIEWS
 
 MINUTE_MS = 60_000
@@ -67,4 +69,21 @@ def page_view_records(driver: TestDriver, seed: int, start_ms: int, views: int =
             driver.run()
     driver.produce(VIEWS, {"user": "u1", "page": "/"}, key="u1", timestamp=clock)  # no ts
     driver.produce(VIEWS, {"user": "u2", "page": "/", "ms": 1, "ts": clock}, key="u3")
+    driver.run()
+
+
+def click_records(driver: TestDriver, seed: int, start_ms: int, clicks: int = 600) -> None:
+    """Users' clicks over about an hour, one in ten behind its partition by up to 12
+    minutes (some within the windows' graces, some beyond), the driver run every hundred
+    clicks (so its batches are not the job's)."""
+    rng = random.Random(seed)
+    users = [f"u{n}" for n in range(12)]
+    clock = start_ms
+    for n in range(clicks):
+        clock += rng.randint(0, 5000)
+        behind = rng.randint(0, 12 * MINUTE_MS) if rng.random() < 0.1 else 0
+        user = rng.choice(users)
+        driver.produce(CLICKS, {"user": user, "ts": clock - behind}, key=user, timestamp=clock)
+        if n % 100 == 99:
+            driver.run()
     driver.run()

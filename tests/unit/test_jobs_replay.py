@@ -24,6 +24,7 @@ from streams.loading import collect
 from streams.testing import TestDriver
 from tables.engine import TP
 from tables.pipeline import Context, RecordColumns
+from tests.support.graces import WINDOWS
 from tests.support.pipelines import VIEWS
 from tests.support.recompute import (
     arrow,
@@ -34,11 +35,12 @@ from tests.support.recompute import (
     recomputed_tables,
     replayed,
 )
-from tests.support.workloads import DEMO_MODULES, demo_records, page_view_records
+from tests.support.workloads import DEMO_MODULES, click_records, demo_records, page_view_records
 
 NOW = 1_700_000_000_000
 USER_MODULE = "tests.support.pipelines"
 BATCH_MODULE = "tests.support.batch_pipelines"
+GRACES_MODULE = "tests.support.graces"
 
 
 def test_the_demo_pipelines_replayed_give_the_engines_tables() -> None:
@@ -67,6 +69,26 @@ def test_a_user_topology_with_windows_a_global_join_and_a_grace_replays_exactly(
     assert set(batch) == {"views_per_user", "seconds_by_country", "sessions"}
     assert all(batch.values())
     assert driver.dead_letters(VIEWS), "the workload must exercise the dead-letter path"
+
+
+def test_windows_with_a_grace_over_one_source_replay_as_the_engine_runs_them() -> None:
+    """Each aggregation judges lateness by its partition's records before the record, so
+    the engine's batches of one record and of a thousand, and the job's, agree."""
+    runs = []
+    for fetch in (1, 1000):
+        driver = TestDriver(
+            GRACES_MODULE, partitions=3, now_ms=NOW + 2 * 3_600_000, fetch_records=fetch
+        )
+        click_records(driver, seed=6, start_ms=NOW)
+        runs.append(driver)
+    one_by_one, large = (driver_tables(driver, WINDOWS) for driver in runs)
+    assert differing(one_by_one, large) == {}
+    assert all(large.values())
+    for table in WINDOWS:
+        assert runs[1].engine.figures.steps[f"clicks.{table}.late"] > 0, table
+    for batch_rows in (1, 700):
+        batch = replayed(runs[1], [GRACES_MODULE], batch_rows=batch_rows)
+        assert differing(batch, large) == {}, batch_rows
 
 
 def test_a_join_with_a_side_empty_in_a_partition_is_not_replayed_there_and_yields_nothing() -> None:

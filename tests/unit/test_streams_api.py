@@ -23,8 +23,9 @@ from streams import (
     TopologyError,
     Tumbling,
 )
-from streams.compile import repartition_topic
+from streams.compile import repartition_topic, state_table
 from streams.testing import TestDriver
+from tests.support.graces import CLICKS, WINDOWS, clicks_topology
 
 T0 = 1_700_000_000_000
 MINUTE = 60_000
@@ -433,6 +434,112 @@ def test_a_session_record_is_late_only_once_its_gap_and_grace_have_passed() -> N
     assert (a["start"] - T0, a["value"]) == (0, 3)
     assert [w["value"] for w in driver.windows("sessions", "c")] == [1]
     assert driver.engine.figures.steps["t.sessions.late"] == 1
+
+
+#: An hour that starts a 5-minute and a 10-minute window.
+H0 = T0 - T0 % (60 * MINUTE)
+
+
+@pytest.mark.parametrize("fetch", [1, 1000])
+def test_two_windows_with_a_grace_over_one_source_take_every_record_on_time(fetch: int) -> None:
+    topology = Topology("t")
+    clicks = topology.source("clicks", Json, key="user", timestamp="ts")
+    five = Tumbling(timedelta(minutes=5), grace=timedelta(minutes=2))
+    clicks.group_by_key().window_by(five).count("first")
+    clicks.group_by_key().window_by(five).count("second")
+    driver = TestDriver(topology, partitions=1, now_ms=H0 + 60 * MINUTE, fetch_records=fetch)
+    for minute in range(20):  # in order: none is late
+        driver.produce("clicks", {"user": "ann", "ts": H0 + minute * MINUTE})
+    driver.run()
+    expected = {("ann", H0 + start * MINUTE): 5 for start in (0, 5, 10, 15)}
+    assert driver.table("first") == expected
+    assert driver.table("second") == expected
+    assert driver.engine.figures.steps["t.first.late"] == 0
+    assert driver.engine.figures.steps["t.second.late"] == 0
+
+
+#: One user's clicks, in minutes after H0, in offset order: in order up to minute 11,
+#: then 9 and 4 (2 and 7 minutes behind), in order again, and 14 at minute 30.
+CLICK_MINUTES = (*range(12), 9, 4, *range(12, 20), 30, 14)
+
+
+def at(minute: int) -> tuple[str, int]:
+    return ("ann", H0 + minute * MINUTE)
+
+
+@pytest.mark.parametrize("fetch", [1, 5, 1000])
+@pytest.mark.parametrize("order", [tuple(WINDOWS), tuple(reversed(WINDOWS))])
+def test_windows_with_a_grace_over_one_source_each_judge_a_record_by_the_records_before_it(
+    order: tuple[str, ...], fetch: int
+) -> None:
+    driver = TestDriver(
+        clicks_topology(order), partitions=1, now_ms=H0 + 60 * MINUTE, fetch_records=fetch
+    )
+    for minute in CLICK_MINUTES:
+        driver.produce(CLICKS, {"user": "ann", "ts": H0 + minute * MINUTE})
+    driver.run()
+    # At minute 11, 9 is in time for all its windows. 4 misses [0, 5) and [-5, 5), which
+    # ended 2 minutes (the grace) or more before, and its session (more than gap 5 +
+    # grace 1 behind); it counts in [0, 10). At minute 30, 14 misses all its windows.
+    assert driver.table("clicks_per_5m") == {at(0): 5, at(5): 6, at(10): 5, at(15): 5, at(30): 1}
+    assert driver.table("clicks_per_10m") == {
+        at(-5): 5,
+        at(0): 12,
+        at(5): 11,
+        at(10): 10,
+        at(15): 5,
+        at(25): 1,
+        at(30): 1,
+    }
+    sessions = [(w["start"], w["end"], w["value"]) for w in driver.windows("click_sessions", "ann")]
+    assert sessions == [(H0, H0 + 19 * MINUTE + 1, 21), (H0 + 30 * MINUTE, H0 + 30 * MINUTE + 1, 1)]
+    late = {table: driver.engine.figures.steps[f"clicks.{table}.late"] for table in WINDOWS}
+    assert late == {"clicks_per_5m": 2, "click_sessions": 2, "clicks_per_10m": 3}
+
+
+@pytest.mark.parametrize("fetch", [1, 1000])
+def test_a_record_a_step_dead_letters_does_not_move_the_event_time_of_the_window_after_it(
+    fetch: int,
+) -> None:
+    def checked(click: dict[str, Any]) -> dict[str, Any]:
+        if click.get("bad"):
+            raise ValueError("a bad click")
+        return click
+
+    topology = Topology("t")
+    clicks = topology.source("clicks", Json, key="user", timestamp="ts")
+    five = Tumbling(timedelta(minutes=5), grace=timedelta(minutes=2))
+    clicks.group_by_key().window_by(five).count("all")
+    clicks.map(checked).group_by_key().window_by(five).count("checked")
+    driver = TestDriver(topology, partitions=1, now_ms=H0 + 60 * MINUTE, fetch_records=fetch)
+    driver.produce("clicks", {"user": "ann", "ts": H0})
+    driver.produce("clicks", {"user": "ann", "ts": H0 + 30 * MINUTE, "bad": True})
+    driver.produce("clicks", {"user": "ann", "ts": H0 + 14 * MINUTE})
+    driver.run()
+    assert [d.reason for d in driver.dead_letters("clicks")] == [
+        "processing failed: ValueError: a bad click"
+    ]
+    assert driver.table("all") == {at(0): 1, at(30): 1}  # 14 is 16 minutes behind 30
+    assert driver.table("checked") == {at(0): 1, at(10): 1}  # 30 never reached it
+
+
+def test_windows_take_up_the_event_time_their_topology_kept_for_all_its_pipelines() -> None:
+    """A deployment before each pipeline kept its own source event time kept one per
+    topology and topic: every windowed aggregation takes it up from there."""
+    driver = TestDriver(clicks_topology(), partitions=1, now_ms=H0 + 60 * MINUTE)
+    state = driver.tables[state_table(clicks_topology())]
+    driver.produce(
+        state.changelog_topic, H0 + 30 * MINUTE, key=f"stream-time:{CLICKS}", partition=0
+    )
+    driver.restart()
+    driver.produce(CLICKS, {"user": "ann", "ts": H0 + 14 * MINUTE})  # 16 minutes behind
+    driver.produce(CLICKS, {"user": "ann", "ts": H0 + 29 * MINUTE})
+    driver.run()
+    assert driver.table("clicks_per_5m") == {at(25): 1}
+    assert driver.table("clicks_per_10m") == {at(20): 1, at(25): 1}
+    assert [w["value"] for w in driver.windows("click_sessions", "ann")] == [1]
+    late = {table: driver.engine.figures.steps[f"clicks.{table}.late"] for table in WINDOWS}
+    assert late == {"clicks_per_5m": 1, "click_sessions": 1, "clicks_per_10m": 2}
 
 
 def test_late_and_expired_records_reach_the_workers_metrics() -> None:
