@@ -340,7 +340,9 @@ class TestDriver:
 
     ``declared``: topologies, pipelines, pipeline modules (or their names) or
     ``pipelines(context)`` functions. ``partitions``: of every topic. ``exactly_once``:
-    the guarantee the engine runs under. ``now_ms``: the wall clock at the start.
+    the guarantee the engine runs under. ``now_ms``: the wall clock at the start, which
+    window retention is measured against and records produced without a timestamp take.
+    ``fetch_records``: the most records of each partition a cycle takes.
     """
 
     __test__ = False  # not a pytest class
