@@ -6,11 +6,12 @@ import hmac
 from typing import Annotated, Any
 
 from fastapi import Depends, Path, Request
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator
 
 from api.changes import Changes
-from api.errors import Unauthorized
+from api.errors import BadRequest, Unauthorized
 from api.peers import FORWARDED_HEADER
 from api.queries import Queries, key_within_limit
 from api.routing import QueryTable
@@ -51,6 +52,43 @@ def forwarded_by(request: Request) -> str | None:
 _bearer = HTTPBearer(auto_error=False, description="STREAMSTATE_API_TOKEN, when it is set")
 
 
+#: id of a route -> :func:`_query_names` of it (routes live as long as their app)
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
+def _query_names(route: APIRoute) -> frozenset[str]:
+    """The query parameters a route takes, its dependencies' included."""
+    found = _QUERY_NAMES.get(id(route))
+    if found is None:
+        found = _QUERY_NAMES[id(route)] = _walk_query_names(route)
+    return found
+
+
+def _walk_query_names(route: APIRoute) -> frozenset[str]:
+    names: set[str] = set()
+    pending = [route.dependant]
+    while pending:
+        dependant = pending.pop()
+        names.update(param.alias for param in dependant.query_params)
+        pending.extend(dependant.dependencies)
+    return frozenset(names)
+
+
+async def known_query(request: Request) -> None:
+    """400 for a query parameter the route does not take: a misspelt ``max_lag_record``
+    would otherwise read with no staleness bound at all, without a word. A peer's
+    forwarded request is let through (a newer peer may send more)."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute) or FORWARDED_HEADER in request.headers:
+        return
+    known = _query_names(route)
+    unknown = sorted({name for name in request.query_params if name not in known})
+    if unknown:
+        names = ", ".join(repr(name[:40]) for name in unknown[:5])
+        takes = ", ".join(sorted(known)) or "none"
+        raise BadRequest(f"unknown query parameter {names}; this route takes: {takes}")
+
+
 def require_token(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -86,6 +124,11 @@ ForwardedBy = Annotated[str | None, Depends(forwarded_by)]
 #: The answer every route behind the token documents.
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorDetail, "description": "missing or wrong bearer token"}
+}
+#: ... and every route that refuses query parameters it does not take (:func:`known_query`).
+CHECKED_QUERY: dict[int | str, dict[str, Any]] = {
+    **UNAUTHORIZED,
+    400: {"model": ErrorDetail, "description": "a query parameter the route does not take"},
 }
 #: A key in a route's path: 1 to 1,024 bytes of UTF-8 (else a 422 that says so).
 KeyPath = Annotated[str, Path(min_length=1), AfterValidator(key_within_limit)]

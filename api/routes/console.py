@@ -20,7 +20,7 @@ from api.console.schemas import (
     Topology,
 )
 from api.console.topology import build, group_flow, group_lag
-from api.deps import UNAUTHORIZED, require_token
+from api.deps import CHECKED_QUERY, known_query, require_token
 from api.errors import KafkaUnavailable, NotFound
 from api.schemas import ErrorDetail
 
@@ -32,7 +32,11 @@ def get_console(request: Request) -> Console:
 
 ConsoleDep = Annotated[Console, Depends(get_console)]
 
-router = APIRouter(tags=["console"], dependencies=[Depends(require_token)], responses=UNAUTHORIZED)
+router = APIRouter(
+    tags=["console"],
+    dependencies=[Depends(require_token), Depends(known_query)],
+    responses=CHECKED_QUERY,
+)
 internal = APIRouter(
     prefix="/internal/console",
     tags=["internal"],

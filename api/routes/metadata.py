@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from api.deps import UNAUTHORIZED, KeyPath, QueriesDep, Table, require_token
+from api.deps import CHECKED_QUERY, KeyPath, QueriesDep, Table, known_query, require_token
 from api.queries import Queries
 from api.routes.tables import ERRORS
 from api.schemas import GroupMetadata, HostAssignment, KeyMetadata
@@ -19,8 +19,8 @@ from api.schemas import GroupMetadata, HostAssignment, KeyMetadata
 router = APIRouter(
     prefix="/metadata",
     tags=["metadata"],
-    dependencies=[Depends(require_token)],
-    responses=UNAUTHORIZED,
+    dependencies=[Depends(require_token), Depends(known_query)],
+    responses=CHECKED_QUERY,
 )
 
 

@@ -9,13 +9,14 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
 from api.deps import (
-    UNAUTHORIZED,
+    CHECKED_QUERY,
     ChangesDep,
     ForwardedBy,
     KeyPath,
     QueriesDep,
     ScansDep,
     Table,
+    known_query,
     require_token,
 )
 from api.queries import DEFAULT_WAIT_MS, MAX_KEY_BYTES, MAX_WAIT_MS, Answer, ReadOptions
@@ -34,8 +35,8 @@ from api.tokens import MAX_TOKEN_CHARS
 router = APIRouter(
     prefix="/tables",
     tags=["tables"],
-    dependencies=[Depends(require_token)],
-    responses=UNAUTHORIZED,
+    dependencies=[Depends(require_token), Depends(known_query)],
+    responses=CHECKED_QUERY,
 )
 
 #: Epoch milliseconds up to the year 9999.

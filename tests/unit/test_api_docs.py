@@ -86,3 +86,29 @@ def test_every_route_behind_the_token_documents_its_401() -> None:
                 missing.append(f"{method.upper()} {path}")
     assert missing == []
     assert "401" in document["paths"]["/tables"]["get"]["responses"]  # one the test reached
+
+
+@pytest.mark.parametrize(
+    ("path", "unknown", "takes"),
+    [
+        ("/tables?max_lag_record=0", "'max_lag_record'", "none"),
+        ("/tables/t/keys?limt=5", "'limt'", "cursor, limit, prefix"),
+        ("/metadata?x=1&y=2", "'x', 'y'", "none"),
+        ("/dead-letters?topc=a", "'topc'", "limit, topic"),
+    ],
+)
+def test_a_query_parameter_the_route_does_not_take_is_a_400_naming_it(
+    path: str, unknown: str, takes: str
+) -> None:
+    answer = CLIENT.get(path)
+    assert answer.status_code == 400, answer.text
+    assert (
+        answer.json()["detail"] == f"unknown query parameter {unknown}; this route takes: {takes}"
+    )
+
+
+def test_a_peers_forwarded_request_may_carry_parameters_this_worker_does_not_know() -> None:
+    from api.peers import FORWARDED_HEADER
+
+    answer = CLIENT.get("/tables?newer=1", headers={FORWARDED_HEADER: "http://127.0.0.1:6067"})
+    assert answer.status_code == 200, answer.text
