@@ -1,5 +1,7 @@
 """Key reads: answered locally by the active copy, else by the active owner, else by a
-standby (this worker's or a peer's); 503 only when no copy answers.
+standby (this worker's or a peer's). When copies answer but none can serve the read, the
+one least behind says why (504: not at the token's position in time; 503: beyond the
+staleness bound), with its position; a bare 503 only when no copy answers at all.
 
 A copy that is not the partition's restored active copy (a standby, or an active copy
 still restoring) may not have a key yet: it answers the values it holds, with its lag,
@@ -250,6 +252,24 @@ def trustworthy(answer: PeerAnswer) -> bool:
     no answer.
     """
     return answer.body.get("replica") == "active" or not absent(answer.status, answer.body)
+
+
+def refused_at(answer: PeerAnswer) -> bool:
+    """Whether a copy answered that it cannot serve the read as of a position it gave:
+    behind the read's token (504) or its staleness bound, or unsure of an absent key
+    (503)."""
+    body = answer.body
+    return (
+        answer.status in (503, 504)
+        and isinstance(body, dict)
+        and isinstance(body.get("position"), dict)
+    )
+
+
+def behind(answer: PeerAnswer) -> float:
+    """How far a refusing copy is behind its inputs (unknown: the furthest)."""
+    lag = answer.body["position"].get("lag_records")
+    return float("inf") if lag is None else float(lag)
 
 
 def best_answer(answers: list[PeerAnswer | None]) -> PeerAnswer | None:
@@ -509,6 +529,8 @@ class Queries:
         standby waits for the read's position."""
         owner = self.routing.owner(query.table, query.partition)
         candidates: list[PeerAnswer | None] = []
+        #: copies that answered but could not serve the read (behind its token or bound)
+        refusals: list[PeerAnswer] = []
         if owner is not None and owner != self.routing.own_url:
             answer = await self._ask(owner, query, deadline, purpose="owner")
             if answer is not None and answer.status == 504 and isinstance(answer.body, dict):
@@ -518,6 +540,8 @@ class Queries:
                 return relayed
             if answer is not None and relayable(answer):
                 candidates.append(answer)  # the owner is restoring: maybe behind a standby
+            elif answer is not None and refused_at(answer):
+                refusals.append(answer)
         if copy is not None:
 
             def moved() -> bool:
@@ -525,13 +549,18 @@ class Queries:
 
             try:
                 local = await self._serve(query, copy, deadline, moved=moved)
-            except (NotYet, NoReplica, NotHeldHere):
-                local = None  # this standby is behind the read's position or bound, or gone
+            except (NotYet, NoReplica) as refused:
+                # This standby is behind the read's position or bound: its position is
+                # the answer if no other copy can serve the read.
+                local = None
+                refusals.append(PeerAnswer(self.routing.own_url, refused.status, refused.body()))
+            except NotHeldHere:
+                local = None  # closed by a rebalance meanwhile
             if local is not None:
                 if copy.offset_lag == 0:
                     return local
                 candidates.append(PeerAnswer(self.routing.own_url, local.status, local.body))
-        return await self._from_peers(query, owner, candidates, deadline)
+        return await self._from_peers(query, owner, candidates, refusals, deadline)
 
     async def _ask(
         self, url: str, query: KeyQuery, deadline: float, *, purpose: str
@@ -548,8 +577,12 @@ class Queries:
         query: KeyQuery,
         owner: str | None,
         candidates: list[PeerAnswer | None],
+        refusals: list[PeerAnswer],
         deadline: float,
     ) -> Answer:
+        """The best answer of every copy; when none can serve the read, the refusal of
+        the copy closest to serving it (504 with its position and what it waits for, 503
+        with its position and lag), else a 503: no copy answered at all."""
         peers = [url for url in self.routing.peers() if url != owner]
         answers = await asyncio.gather(
             *(self._ask(url, query, deadline, purpose="standby") for url in peers)
@@ -557,24 +590,48 @@ class Queries:
         best = best_answer(candidates + list(answers))
         if best is not None:
             return Answer(best.status, best.body)
-        waited = [a for a in answers if a is not None and a.status == 504]
-        if waited and isinstance(waited[0].body, dict):
-            return Answer(504, waited[0].body)  # copies exist but none reached the position
+        refusals = refusals + [a for a in answers if a is not None and refused_at(a)]
         logger.debug(
-            "no copy of %s[%d] answered: owner %s, peers %s",
+            "no copy of %s[%d] served the read: owner %s, peers %s",
             query.table.name,
             query.partition,
             owner,
             [(url, a.status if a else None) for url, a in zip(peers, answers, strict=True)],
         )
+        raise self._refused(query, owner, refusals)
+
+    def _refused(
+        self, query: KeyQuery, owner: str | None, refusals: list[PeerAnswer]
+    ) -> QueryError:
+        """What a read no copy served answers: a copy's "not yet" (504) before its "too
+        stale" (503), and of several, the least behind; else that no copy answered."""
+        name, partition = query.table.name, query.partition
+        waited = [a for a in refusals if a.status == 504]
+        if waited:
+            closest = min(waited, key=behind)
+            return NotYet(
+                str(closest.body.get("detail", "")),
+                extra={
+                    "position": closest.body.get("position"),
+                    "waiting_for": closest.body.get("waiting_for", {}),
+                },
+            )
+        stale = [a for a in refusals if a.status == 503]
+        if stale:
+            closest = min(stale, key=behind)
+            return NoReplica(
+                f"no copy of {name} partition {partition} could answer; the closest, "
+                f"{closest.url}: {closest.body.get('detail', '')}",
+                extra={"position": closest.body.get("position")},
+            )
         if query.consistency.bounded:
-            raise NoReplica(
-                f"no copy of {query.table.name} partition {query.partition} is within the "
-                "read's staleness bound",
+            return NoReplica(
+                f"no copy of {name} partition {partition} is within the read's staleness "
+                f"bound (owner {owner or 'unassigned'})",
                 extra={"position": None},
             )
-        raise NoReplica(
-            f"no copy of {query.table.name} partition {query.partition} answered "
+        return NoReplica(
+            f"no copy of {name} partition {partition} answered "
             f"(owner {owner or 'unassigned'}); the group may be rebalancing"
         )
 

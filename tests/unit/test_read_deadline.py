@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from api.errors import BadRequest, NoReplica
+from api.errors import BadRequest, NoReplica, NotYet
 from api.peers import PeerAnswer
 from api.positions import PositionWaits, ReadPosition
 from api.queries import DEFAULT_WAIT_MS, Consistency, KeyQuery, Queries, ReadOptions
@@ -92,8 +92,12 @@ def queries(routing: Routing, local: Local, peers: Peers) -> Queries:
     found.local = local  # type: ignore[assignment]
     found.peers = peers  # type: ignore[assignment]
     found.waits = PositionWaits()
-    found.position = lambda copy: ReadPosition(2, {"item-events": {2: 3}}, 5, None)  # type: ignore[method-assign]
+    found.position = lambda copy: STANDBY_POSITION  # type: ignore[method-assign]
     return found
+
+
+#: where this worker's standby copy is: 5 records behind, 3 records into item-events 2
+STANDBY_POSITION = ReadPosition(2, {"item-events": {2: 3}}, 5, None)
 
 
 def test_a_waiting_standby_gives_way_to_the_new_owner_within_the_timeout() -> None:
@@ -139,8 +143,11 @@ def test_no_copy_reaching_the_position_ends_the_read_at_its_timeout() -> None:
     )
     reads = queries(routing, Local(Standby()), peers_without_new)
     reads.patience_s = 0.0  # no asking again (see the next test)
-    with pytest.raises(NoReplica):  # a 503: no copy answered
+    # a 504 with the position of this worker's standby, which answered "not yet"
+    with pytest.raises(NotYet) as waited:
         asyncio.run(reads.read(quick, forwarded_by=None))
+    assert waited.value.body()["position"] == STANDBY_POSITION.as_dict()
+    assert waited.value.body()["waiting_for"] == {"item-events": {"2": 10}}
     # every ask after the standby's wait had no time left to hand on
     later = peers_without_new.asked[1:]
     assert later
@@ -246,3 +253,65 @@ def test_what_a_token_asks_of_a_partition_is_worked_out_once() -> None:
             reads.consistency(TABLE, 2, ReadOptions(consistent_with=other))
         with pytest.raises(BadRequest, match="consistent_with"):
             reads.consistency(TABLE, 2, ReadOptions(consistent_with="garbage"))
+
+
+class Silent(Peers):
+    """The owner hangs; the other peers answer as their own copies do (or not at all)."""
+
+    def __init__(self, answers: dict[str, PeerAnswer]) -> None:
+        super().__init__()
+        self.answers = answers
+
+    async def get(
+        self, base: str, path: str, params: dict[str, Any], *, purpose: str, wait: float = 0.0
+    ) -> PeerAnswer | None:
+        self.asked.append((base, params.get("timeout_ms"), wait))
+        return self.answers.get(base)
+
+
+BOUNDED = KeyQuery(TABLE, "store-1", b"store-1", 2, consistency=Consistency(max_lag_records=0))
+
+
+def stale(url: str, lag: int) -> PeerAnswer:
+    """A peer's standby beyond the read's bound, as it answers a forwarded read."""
+    position = {"partition": 2, "applied": {"item-events": {"2": 8}}, "lag_records": lag}
+    body = {"detail": f"standby copy: lag_records {lag} exceeds max_lag_records 0"}
+    return PeerAnswer(url, 503, {**body, "position": {**position, "lag_ms": 40}})
+
+
+def test_a_bounded_read_no_copy_serves_answers_with_the_local_standbys_position(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("api.queries.BOUNDED_PATIENCE_S", 0.0)
+    reads = queries(Routing("http://dead"), Local(Standby()), Silent({}))
+    with pytest.raises(NoReplica) as refused:
+        asyncio.run(reads.read(BOUNDED, forwarded_by=None))
+    assert refused.value.body()["position"] == STANDBY_POSITION.as_dict()
+    assert "max_lag_records 0" in refused.value.detail
+    assert refused.value.headers["Retry-After"]
+
+
+def test_of_copies_beyond_the_bound_the_read_answers_the_position_of_the_least_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("api.queries.BOUNDED_PATIENCE_S", 0.0)
+    peers = Silent({"http://new": stale("http://new", 1)})
+    reads = queries(Routing("http://dead"), Local(Standby()), peers)  # the local one: 5
+    with pytest.raises(NoReplica) as refused:
+        asyncio.run(reads.read(BOUNDED, forwarded_by=None))
+    assert refused.value.body()["position"] == stale("http://new", 1).body["position"]
+    assert "http://new" in refused.value.detail
+    # with no copy of its own, the worker answers with the peer's position too
+    reads = queries(Routing("http://dead"), Local(None), peers)
+    with pytest.raises(NoReplica) as refused:
+        asyncio.run(reads.read(BOUNDED, forwarded_by=None))
+    assert refused.value.body()["position"]["lag_records"] == 1
+
+
+def test_a_read_no_copy_answers_at_all_is_a_503_without_a_position() -> None:
+    reads = queries(Routing("http://dead"), Local(None), Silent({}))
+    reads.patience_s = 0.0
+    plain = KeyQuery(TABLE, "store-1", b"store-1", 2)
+    with pytest.raises(NoReplica, match="may be rebalancing") as refused:
+        asyncio.run(reads.read(plain, forwarded_by=None))
+    assert "position" not in refused.value.body()
