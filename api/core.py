@@ -51,9 +51,10 @@ class ApiCore:
             settings.bootstrap_servers, client_id=f"{membership.app_id}-api"
         )
         engine = worker.engine
+        kept = {copy.spec.topic for copy in worker.globals.values()}
         self.ends = InputEnds(
             settings.bootstrap_servers,
-            engine.topics,
+            engine.topics | kept,
             settings.topic_partitions,
             read_committed=settings.exactly_once,
         )
@@ -74,6 +75,13 @@ class ApiCore:
             hub.on_cycle(table, partition, changes, position)
 
         engine.listeners.append(after_cycle)
+
+        def after_global(partition: int) -> None:
+            if waits.waiting:
+                waits.notify()
+
+        for copy in worker.globals.values():
+            copy.listeners.append(after_global)
 
         async def on_revoked() -> None:
             held.forget()

@@ -166,6 +166,8 @@ class Positions:
         self._seen: dict[tuple[str, int], _Stored] = {}
         #: per table, its source topics (the pipelines do not change while they run)
         self._sources_of: dict[str, dict[str, str]] = {}
+        #: per topic partition kept whole (a global table's), its last applied offsets
+        self._kept: dict[tuple[str, int], _Kept] = {}
 
     def sources_of(self, table: str) -> dict[str, str]:
         """The source topics of ``table`` and how they reach it (direct or upstream)."""
@@ -204,6 +206,21 @@ class Positions:
         age = None if lag_records is None else (lag_ms if lag_records else 0)
         return ReadPosition(partition, seen.applied, lag_records, age, seen.shown)
 
+    def of_topic(self, topic: str, partition: int, applied: int) -> ReadPosition:
+        """The read position of a copy of one partition of ``topic`` that holds its
+        records below ``applied`` (a global table's copy): fed by that partition alone."""
+        key = (topic, partition)
+        kept = self._kept.get(key)
+        if kept is None or kept[0] != applied:
+            offsets = {topic: {partition: applied}}
+            kept = self._kept[key] = (applied, offsets, shown_applied(offsets))
+        end = self.ends.end(topic, partition)
+        if end is None:
+            return ReadPosition(partition, kept[1], None, None, kept[2])
+        lag = max(0, end - applied)
+        age = self.ends.age_ms(topic, partition, applied, time.monotonic()) if lag else 0
+        return ReadPosition(partition, kept[1], lag, age, kept[2])
+
     def _stored(self, table: str, partition: int, stored: bytes | None) -> _Stored:
         position = Position.decode(stored) if stored is not None else Position()
         applied = {
@@ -218,6 +235,10 @@ class Positions:
             for topic in sorted(self.lineage.feeds.get(table, ()))
         )
         return _Stored(stored, applied, shown_applied(applied), feeds)
+
+
+#: a kept partition's applied offset, and its ``applied`` as read positions hold and show it
+_Kept = tuple[int, dict[str, dict[int, int]], dict[str, dict[str, int]]]
 
 
 @dataclass(frozen=True)

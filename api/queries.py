@@ -364,13 +364,11 @@ class Queries:
         token, timeout_ms = options.consistent_with, options.timeout_ms
         max_lag_records, max_lag_ms = options.max_lag_records, options.max_lag_ms
         assert token is not None
-        if table.kind == "global":
-            raise BadRequest(f"consistent_with does not apply to the global table {table.name}")
         try:
             decoded = _decoded_token(token, self.app_id, self.positions.sources)
         except TokenError as error:
             raise BadRequest(f"consistent_with: {error}") from None
-        sources = self.positions.sources_of(table.name)
+        sources = self._sources_of(table)
         if decoded.topic not in sources:
             raise BadRequest(
                 f"consistent_with: a token of {decoded.topic}, which does not feed "
@@ -382,7 +380,10 @@ class Queries:
                 f"consistent_with: the token names partition {beyond[0]} of {decoded.topic}, "
                 f"which has {self.positions.partitions}"
             )
-        feeding = self.positions.feeding(table.name, decoded.topic, partition)
+        if table.kind == "global":  # each partition of its topic holds its own keys
+            feeding = [partition]
+        else:
+            feeding = self.positions.feeding(table.name, decoded.topic, partition)
         wanted = {p: o for p, o in decoded.positions.items() if p in feeding}
         return Consistency(
             token,
@@ -392,6 +393,12 @@ class Queries:
             max_lag_records,
             max_lag_ms,
         )
+
+    def _sources_of(self, table: QueryTable) -> dict[str, str]:
+        """The source topics of a table: a global table's is the topic it is kept from."""
+        if table.kind == "global":
+            return {table.topic: "direct"}
+        return self.positions.sources_of(table.name)
 
     def query(
         self,
@@ -429,7 +436,10 @@ class Queries:
         None when :meth:`read` must answer it. Raises what :meth:`read` would raise for
         such a read."""
         if query.table.kind == "global":
-            return self._read_global(query)
+            position = self.global_position(query.table, query.partition)
+            if query.consistency.missing(position):
+                return None
+            return self._serve_global(query, position)
         copy = self.local.copy(query.table, query.partition)
         if copy is None or (copy.replica != "active" and forwarded_by is None):
             return None
@@ -447,7 +457,7 @@ class Queries:
         """Answer a key read from the best copy that can answer it, within the read's
         timeout from start to end (every hop and every wait shares one deadline)."""
         if query.table.kind == "global":
-            return self._read_global(query)
+            return await self._read_global(query)
         deadline = time.monotonic() + query.wait_s
         asking = BOUNDED_PATIENCE_S if query.consistency.bounded else self.patience_s
         patience = time.monotonic() + max(query.wait_s, asking)
@@ -730,21 +740,58 @@ class Queries:
         found = windows_between(windows, query.start or 0, query.end or 0)
         return Answer(200, {**meta, "windows": [w.as_dict() for w in found]})
 
-    def _read_global(self, query: KeyQuery) -> Answer:
+    def global_position(self, table: QueryTable, partition: int) -> ReadPosition:
+        """The read position of this worker's copy of a global table's partition: the
+        offset it has applied of that partition of the table's topic."""
+        copy = table.copy
+        assert copy is not None, f"{table.name} is not a global table"
+        return self.positions.of_topic(table.topic, partition, copy.applied(partition))
+
+    async def _read_global(self, query: KeyQuery) -> Answer:
+        """Answer from this worker's copy of a global table once it holds the read's
+        position (every worker keeps the whole table: no other worker is asked)."""
+        deadline = time.monotonic() + query.wait_s
+        consistency = query.consistency
+        position = self.global_position(query.table, query.partition)
+        while missing := consistency.missing(position):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.waits.timeouts += 1
+                raise NotYet(
+                    f"this worker's copy of the global table {query.table.name} did not "
+                    f"reach the token's position in {consistency.timeout_ms} ms",
+                    extra={"position": position.as_dict(), "waiting_for": missing},
+                )
+            await self.waits.next_move(min(remaining, 0.05))
+            position = self.global_position(query.table, query.partition)
+        return self._serve_global(query, position)
+
+    def _serve_global(self, query: KeyQuery, position: ReadPosition) -> Answer:
+        """Answer from this worker's copy of a global table, which holds the read's
+        position (if it names one), if it is within the read's staleness bound."""
         copy = query.table.copy
         assert copy is not None, f"{query.table.name} is not a global table"
-        lag = global_lag(copy, query.partition)
+        consistency, shown = query.consistency, position.as_dict()
+        name, partition = query.table.name, query.partition
+        if consistency.bounded and (why := consistency.beyond(position)):
+            raise NoReplica(
+                f"this worker's copy of the global table {name}, partition {partition}: {why}",
+                extra={"position": shown},
+            )
+        lag = global_lag(copy, partition)
         meta = self._meta(query, "global", lag)
         value = copy.document(query.key)
         if value is not None:
-            return Answer(200, {**meta, "value": value})
-        if lag != 0:
+            return Answer(200, {**meta, "value": value, "position": shown})
+        if lag != 0 and not consistency.wanted and not consistency.bounded:
             raise NoReplica(
-                f"this worker's copy of {query.table.name} is behind partition "
-                f"{query.partition} (offset_lag {lag}): it does not hold key {query.key!r} "
-                "and may not have it yet"
+                f"this worker's copy of {name} is behind partition {partition} (offset_lag "
+                f"{lag}): it does not hold key {query.key!r} and may not have it yet",
+                extra={"position": shown},
             )
-        return self._absent(query, meta)
+        answer = self._absent(query, meta)
+        answer.body["position"] = shown
+        return answer
 
 
 def global_lag(copy: Any, partition: int) -> int | None:

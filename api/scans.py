@@ -54,7 +54,7 @@ class PartitionPage:
     offset_lag: int | None
     items: list[dict[str, Any]] = field(default_factory=list)
     more: bool = False
-    #: the read position of the copy that answered (not for the global table)
+    #: the read position of the copy that answered
     position: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -221,7 +221,13 @@ class Scans:
         )
         keys = [k for k in keys if raw_after is None or k.encode("utf-8") > raw_after]
         pages: dict[int, PartitionPage] = {
-            p: PartitionPage(p, "global", global_lag(copy, p)) for p in range(table.partitions)
+            p: PartitionPage(
+                p,
+                "global",
+                global_lag(copy, p),
+                position=self.queries.global_position(table, p).as_dict(),
+            )
+            for p in range(table.partitions)
         }
         for key in keys[: limit + 1]:
             partition = partition_for(key.encode("utf-8"), table.partitions)

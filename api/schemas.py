@@ -65,7 +65,8 @@ class ReadPosition(BaseModel):
         description="Per source topic and partition that feeds this table partition, the "
         "first offset whose effect the copy does not hold yet (through the repartition "
         "topics too: every partition of a source re-keyed into a table feeds every "
-        "partition of that table)."
+        "partition of that table; a global table's partition is fed by that partition of "
+        "its topic)."
     )
     lag_records: int | None = Field(
         description="Records of the partition's inputs the copy has not applied "
@@ -87,7 +88,9 @@ class Served(BaseModel):
         description="Changelog records the answering copy has not applied (None: unknown)."
     )
     position: ReadPosition | None = Field(
-        None, description="Source offsets the answering copy holds (not for global tables)."
+        None,
+        description="Source offsets the answering copy holds (of a global table: this "
+        "worker's copy, in the table's own topic).",
     )
 
 

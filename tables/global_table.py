@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,10 @@ class GlobalTableService(Service, Lookups):
         self._targets: dict[TopicPartition, int] = {}
         #: decoded versions by key, dropped for a key whenever a record of it is applied
         self._cache: dict[str, Versions] = {}
+        #: per partition, the next offset not applied (what the database stores)
+        self._applied: dict[int, int] = {}
+        #: called with the partition after each batch of its records is applied
+        self.listeners: list[Callable[[int], None]] = []
         self.records_applied = 0
         self.records_invalid = 0
         Service.__init__(self, **kwargs)
@@ -206,6 +210,16 @@ class GlobalTableService(Service, Lookups):
         if not self._caught_up.is_set():
             await self._caught_up.wait()
 
+    def applied(self, partition: int) -> int:
+        """The first offset of one partition of the topic whose record this copy does
+        not hold (0 before it holds any)."""
+        found = self._applied.get(partition)
+        if found is None:
+            if self._db is None:
+                return 0
+            found = self._applied[partition] = self._stored_offset(partition)
+        return found
+
     def partition_lag(self, partition: int) -> int | None:
         """Records of one partition not applied yet (None: unknown, before the table's
         consumer has started or fetched that partition)."""
@@ -214,7 +228,7 @@ class GlobalTableService(Service, Lookups):
         highwater = self._consumer.highwater(TopicPartition(self.spec.topic, partition))
         if highwater is None:
             return None
-        return max(0, int(highwater) - self._stored_offset(partition))
+        return max(0, int(highwater) - self.applied(partition))
 
     def lag(self) -> int:
         """Records between what was read and the end offsets seen at start."""
@@ -309,3 +323,7 @@ class GlobalTableService(Service, Lookups):
         if last is not None:
             batch.put(_OFFSET + str(partition).encode(), str(last.offset + 1).encode())
         self._db.write(batch)
+        if last is not None:
+            self._applied[partition] = last.offset + 1
+            for listener in self.listeners:
+                listener(partition)

@@ -174,6 +174,43 @@ def test_a_caught_up_copy_answers_within_any_staleness_bound(group: Group) -> No
     assert body["position"]["lag_ms"] == 0
 
 
+def test_a_product_written_is_read_back_with_its_token_from_every_global_copy(
+    group: Group,
+) -> None:
+    sku = f"sku-{uuid.uuid4().hex[:10]}"
+    product = {"sku": sku, "name": "Quill", "category": "pens"}
+    written = write(group.workers[1], "products", [product])
+    [where] = written["offsets"]
+    partition = str(where["partition"])
+    for worker in group.live():
+        status, body = call(worker, token_path("products", sku, written["token"]))
+        assert status == 200, body
+        assert (body["replica"], body["value"]) == ("global", product)
+        assert body["position"]["partition"] == where["partition"]
+        [(topic, applied)] = body["position"]["applied"].items()
+        assert (topic, list(applied)) == ("products", [partition])
+        assert applied[partition] >= where["offset"] + 1
+    # a plain read carries the position too; a bound holds once the copy caught up
+    status, body = call(group.workers[0], f"/tables/products/keys/{sku}")
+    assert status == 200
+    assert body["position"]["applied"]["products"][partition] >= where["offset"] + 1
+
+    def bounded() -> Any:
+        status, body = call(group.workers[1], f"/tables/products/keys/{sku}?max_lag_records=0")
+        return body if status == 200 else None
+
+    assert wait_for(bounded, 30)["position"]["lag_records"] == 0
+    ahead = encode_token(Token("products", {where["partition"]: 10**12}), APP_ID)
+    status, body = call(group.workers[2], token_path("products", sku, ahead, timeout_ms=300))
+    assert status == 504, body
+    assert body["waiting_for"] == {"products": {partition: 10**12}}
+    assert body["position"]["applied"]["products"][partition] >= where["offset"] + 1
+    other = encode_token(Token("item-events", {0: 1}), APP_ID)
+    status, body = call(group.workers[0], token_path("products", sku, other))
+    assert status == 400
+    assert "item-events, which does not feed products" in body["detail"]
+
+
 @dataclass
 class Event:
     event: str
