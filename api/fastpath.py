@@ -8,7 +8,9 @@ dependency injection and response classes: those cost more per read than the rea
 Everything else (other routes, change streams, windowed reads, other query parameters,
 values FastAPI would refuse, a missing or wrong token, a key FastAPI or
 :func:`~api.queries.encode_key` would refuse) goes to the FastAPI app unchanged, which
-answers it, errors included, exactly as before.
+answers it, errors included, exactly as before. A change stream is told from a key read
+by the path as sent (:mod:`api.paths`), as the FastAPI app tells them: ``x%2Fchanges``
+is the key ``x/changes``, read here.
 
 A peer's batch of plain key reads (``GET /internal/reads/{table}?key=..``, see
 :mod:`api.peers`) is answered here too, each key as a forwarded read.
@@ -40,6 +42,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from api.errors import QueryError
 from api.metrics import QUERY_LATENCY
 from api.middleware import utf8_path
+from api.paths import names_changes, raw_path
 from api.peers import BATCH_KEYS, BATCH_ROUTE, FORWARDED_HEADER, PeerAnswer
 from api.queries import (
     MAX_KEY_BYTES,
@@ -66,7 +69,6 @@ BATCH_TEMPLATE = BATCH_ROUTE + "{table}"
 _PREFIX = "/tables/"
 _KEYS = "/keys/"
 _FORWARDED = FORWARDED_HEADER.lower().encode("latin-1")
-_CHANGES = "/changes"
 _OPTIONS = frozenset({"consistent_with", "timeout_ms", "max_lag_records", "max_lag_ms"})
 #: a read's options when it gives none (never changed: shared by every such read)
 _NO_OPTIONS = ReadOptions()
@@ -85,7 +87,9 @@ class KeyReads:
             await self.api(scope, receive, send)
             return
         started = time.perf_counter()
-        request = self.lean_request(scope["path"], scope["query_string"], scope["headers"])
+        request = self.lean_request(
+            scope["path"], raw_path(scope), scope["query_string"], scope["headers"]
+        )
         if request is None:  # not a plain key read nor a batch (lean_request checks)
             await self.api(scope, receive, send)
             return
@@ -129,13 +133,15 @@ class KeyReads:
             self._latency[(route, replica)] = child
         child.observe(time.perf_counter() - started)
 
-    def lean_request(self, path: str, query_string: bytes, headers: Headers) -> LeanRequest | None:
+    def lean_request(
+        self, path: str, raw: bytes, query_string: bytes, headers: Headers
+    ) -> LeanRequest | None:
         """The request answered here: a plain key read or a peer's batch of them; None
-        to leave the request to FastAPI. ``path`` is percent-decoded."""
+        to leave the request to FastAPI. ``path`` is percent-decoded, ``raw`` as sent."""
         if path.startswith(BATCH_ROUTE):
             batch = self.plain_batch(path, query_string, headers)
             return None if batch is None else BatchRead(self, *batch)
-        read = self.plain_read(path, query_string, headers)
+        read = self.plain_read(path, names_changes(raw), query_string, headers)
         return None if read is None else KeyRead(self, *read)
 
     def plain_batch(
@@ -162,15 +168,18 @@ class KeyReads:
         return table, keys, forwarded or "peer"
 
     def plain_read(
-        self, path: str, query_string: bytes, headers: Headers
+        self, path: str, changes: bool, query_string: bytes, headers: Headers
     ) -> tuple[KeyQuery, str | None] | None:
         """The query of a plain key read and who forwarded it, or None to leave the
-        request to FastAPI. ``path`` is percent-decoded."""
-        if not path.startswith(_PREFIX) or path.endswith(_CHANGES):
+        request to FastAPI. ``path`` is percent-decoded; ``changes`` says whether its
+        last segment as sent is ``changes`` (:func:`~api.paths.names_changes`)."""
+        if not path.startswith(_PREFIX):
             return None
         table_name, sep, key = path[len(_PREFIX) :].partition(_KEYS)
         if not sep or not table_name or "/" in table_name or not key:
             return None
+        if changes and "/" in key:
+            return None  # the change stream of the key before it
         if len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8")) > MAX_KEY_BYTES:
             return None  # FastAPI's route refuses it (422)
         options = read_options(query_string)
@@ -476,7 +485,11 @@ class KeyReadProtocol(HttpToolsProtocol):
                     path = unquote(path, errors="strict")
                 except UnicodeDecodeError:
                     path = ""  # the app refuses it (api/middleware.PathMiddleware)
-            request = reads.lean_request(path, parsed.query or b"", self.headers) if path else None
+            request = (
+                reads.lean_request(path, parsed.path, parsed.query or b"", self.headers)
+                if path
+                else None
+            )
             if request is not None:
                 keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
                 self._answer(request, keep_alive)

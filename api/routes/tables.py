@@ -7,6 +7,9 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
+from fastapi.routing import APIRoute
+from starlette.routing import Match
+from starlette.types import Scope
 
 from api.deps import (
     CHECKED_QUERY,
@@ -19,6 +22,7 @@ from api.deps import (
     known_query,
     require_token,
 )
+from api.paths import names_changes, raw_path
 from api.queries import DEFAULT_WAIT_MS, MAX_KEY_BYTES, MAX_WAIT_MS, Answer, ReadOptions
 from api.schemas import (
     ErrorDetail,
@@ -138,8 +142,44 @@ async def scan_keys(
     return await scans.scan(table, prefix, cursor, limit)
 
 
-@router.get(
+class ChangesRoute(APIRoute):
+    """The change stream's route, taken only when the path as sent ends with a ``changes``
+    segment: ``x%2Fchanges`` is the key ``x/changes``, which the key read answers, though
+    its decoded path (``x/changes``) fits this route's pattern too."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] == "http" and not names_changes(raw_path(scope)):
+            return Match.NONE, {}
+        return super().matches(scope)
+
+
+async def key_changes(
+    table: Table,
+    queries: QueriesDep,
+    changes: ChangesDep,
+    forwarded: ForwardedBy,
+    key: KeyPath,
+    last_event_id: Annotated[str | None, Header(max_length=256)] = None,
+) -> StreamingResponse:
+    """A stream of the key's values, from the active owner of its partition.
+
+    The last segment, `changes`, is the route's own: a key that ends with `/changes` sits
+    in the path with that `/` escaped (`x%2Fchanges/changes` is the stream of the key
+    `x/changes`, `x%2Fchanges` its value).
+    """
+    query = queries.query(table, key, None, None, None)
+    stream = await changes.open(query, forwarded, last_event_id)
+    return StreamingResponse(
+        stream,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+router.add_api_route(
     "/{table}/keys/{key:path}/changes",
+    key_changes,
+    methods=["GET"],
     response_class=StreamingResponse,
     responses={
         200: {
@@ -153,27 +193,8 @@ async def scan_keys(
         **{k: v for k, v in ERRORS.items() if k != 404},
         404: {"model": ErrorDetail, "description": "unknown table"},
     },
+    route_class_override=ChangesRoute,
 )
-async def key_changes(
-    table: Table,
-    queries: QueriesDep,
-    changes: ChangesDep,
-    forwarded: ForwardedBy,
-    key: KeyPath,
-    last_event_id: Annotated[str | None, Header(max_length=256)] = None,
-) -> StreamingResponse:
-    """A stream of the key's values, from the active owner of its partition.
-
-    A key whose last path segment is `changes` cannot be read by this API's key read;
-    its change stream is still here.
-    """
-    query = queries.query(table, key, None, None, None)
-    stream = await changes.open(query, forwarded, last_event_id)
-    return StreamingResponse(
-        stream,
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
 
 
 @router.get(

@@ -1,7 +1,7 @@
 """Consistency over HTTP on a real broker with three workers: positions on reads, reads
 that wait for a write's token on every worker (through a kill -9 of the owner too),
 bounded staleness, and change streams (in order, resumable, 1,000 at once, moved on a
-rebalance)."""
+rebalance; only a last path segment `changes` as sent opens one)."""
 
 from __future__ import annotations
 
@@ -334,6 +334,68 @@ def test_a_thousand_change_streams_on_one_worker_each_get_the_change(group: Grou
         return [e.data["value"]["on_hand"]["sku-t"] for e in changes]
 
     assert asyncio.run(run()) == [7] * 1000
+
+
+def quoted(key: str) -> str:
+    return urllib.parse.quote(key, safe="")
+
+
+def read_json(worker: Worker, path: str, method: str = "GET") -> tuple[int, Any, Any]:
+    """(status, decoded JSON, headers) of a key read; fails at once on an answer that is not
+    JSON (a change stream would never end)."""
+    request = urllib.request.Request(worker.url + path, method=method)
+    try:
+        answer = urllib.request.urlopen(request, timeout=30)
+    except urllib.error.HTTPError as error:
+        answer = error
+    with answer:
+        kind = answer.headers.get("Content-Type", "")
+        assert kind.startswith("application/json"), f"{path} answered {kind}"
+        raw = answer.read()
+        return answer.status, json.loads(raw) if raw else None, answer.headers
+
+
+async def first_event(session: aiohttp.ClientSession, url: str) -> Event:
+    async with session.get(url) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        return await anext(sse(response))
+
+
+def test_a_key_ending_in_changes_is_read_as_itself_and_its_stream_is_its_own(
+    group: Group,
+) -> None:
+    store = f"store-{uuid.uuid4().hex[:8]}"
+    quantities = {store: 5, f"{store}/changes": 7, "changes": 3}
+    restocks = [restock(key, "sku-c", n) for key, n in quantities.items()]
+    token = write(group.workers[0], "item-events", restocks)["token"]
+    for worker in group.workers:
+        for key, n in quantities.items():
+            path = f"/tables/inventory/keys/{quoted(key)}"
+            status, body, _ = read_json(worker, token_path("inventory", key, token))
+            assert (status, body["key"], body["value"]["on_hand"]) == (200, key, {"sku-c": n})
+            status, body, headers = read_json(worker, path)  # the lean path's read
+            assert (status, body["key"], body["value"]["on_hand"]) == (200, key, {"sku-c": n})
+            status, _, head = read_json(worker, path, method="HEAD")  # FastAPI's read
+            assert (status, head["X-Served-By"]) == (200, headers["X-Served-By"])
+            status, body, _ = read_json(worker, path + "?at=1")  # the read's own options
+            assert status == 400
+            assert "windowed" in body["detail"]
+            status, body, _ = read_json(worker, f"/metadata/tables/inventory/keys/{quoted(key)}")
+            assert (status, body["key"]) == (200, key)
+
+    async def firsts() -> list[Event]:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            return await asyncio.gather(
+                *(
+                    first_event(session, stream_url(worker, "inventory", key))
+                    for worker in group.workers
+                    for key in quantities
+                )
+            )
+
+    seen = [e.data["value"]["on_hand"]["sku-c"] for e in asyncio.run(firsts())]
+    assert seen == list(quantities.values()) * len(group.workers)
 
 
 def test_every_word_of_a_written_line_is_in_the_answer_of_its_token(group: Group) -> None:
