@@ -19,13 +19,13 @@ import base64
 import contextlib
 import hashlib
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from api.errors import BadRequest, NoReplica, NotHeldHere
+from api.errors import NoReplica, NotHeldHere
 from api.local import LocalCopy
 from api.positions import Positions, ReadPosition
 from api.queries import KeyQuery, Queries
@@ -122,6 +122,10 @@ class ChangeHub:
             if not subs:
                 del keys[sub.key]
 
+    def subscribed(self, table: str) -> Mapping[bytes, set[Subscription]]:
+        """The raw keys of ``table`` some stream follows, with their streams."""
+        return self._keys.get(table, {})
+
     def moved(self) -> None:
         """A rebalance: every stream ends with ``event: moved``."""
         for keys in self._keys.values():
@@ -195,6 +199,31 @@ async def events(
         hub.unsubscribe(sub)
 
 
+def global_document(copy: Any, key: str) -> bytes | None:
+    """A global table key's current value as a change carries it (None: absent)."""
+    document = copy.document(key)
+    return None if document is None else orjson.dumps(document)
+
+
+def global_changes(hub: ChangeHub, table: str, copy: Any) -> Callable[[int, list[str]], None]:
+    """The listener of a global table's copy that hands the keys a batch of its records
+    changed to their streams (looked up only for keys some stream follows)."""
+
+    def changed(partition: int, keys: list[str]) -> None:
+        followed = hub.subscribed(table)
+        if not followed:
+            return
+        found: dict[bytes, bytes | None] = {}
+        for key in keys:
+            raw = key.encode("utf-8", "surrogateescape")
+            if raw in followed:
+                found[raw] = global_document(copy, key)
+        if found:
+            hub.on_cycle(table, partition, found, None)
+
+    return changed
+
+
 class Changes:
     """Opens change streams: from this worker's active copy, or relayed from the owner."""
 
@@ -207,8 +236,8 @@ class Changes:
     ) -> AsyncIterator[bytes]:
         """The stream of ``query``'s key, or a 421/503 when it cannot be opened here."""
         queries = self.queries
-        if query.table.kind == "global":
-            raise BadRequest(f"{query.table.name} is a global table: it has no change stream")
+        if query.table.kind == "global":  # every worker holds the whole table
+            return self._global(query, last_event_id)
         copy = queries.local.copy(query.table, query.partition)
         if copy is not None and copy.replica == "active":
             return self._local(query, copy, last_event_id)
@@ -256,6 +285,23 @@ class Changes:
         if last_event_id is None or last_event_id != event_id(current.raw, current.window_key):
             first = change_frame(current, position_of(current.position), window=window)
         return events(sub, first, position_of, self.hub, window=window)
+
+    def _global(self, query: KeyQuery, last_event_id: str | None) -> AsyncIterator[bytes]:
+        """The stream of a global table's key from this worker's own copy, its positions
+        those of the copy's partition of the table's topic."""
+        copy = query.table.copy
+        assert copy is not None, f"{query.table.name} is not a global table"
+        sub = self.hub.subscribe(query.table.name, query.key, windowed=False)
+        queries, partition = self.queries, query.partition
+
+        def position_of(_raw: bytes | None) -> ReadPosition:
+            return queries.global_position(query.table, partition)
+
+        current = Change(global_document(copy, query.key), None)
+        first: bytes | None = None
+        if last_event_id is None or last_event_id != event_id(current.raw):
+            first = change_frame(current, position_of(None), window=None)
+        return events(sub, first, position_of, self.hub, window=None)
 
     async def _relay(self, upstream: Any) -> AsyncIterator[bytes]:
         try:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
 
-from api.changes import ChangeHub, Changes
+from api.changes import ChangeHub, Changes, global_changes
 from api.console import Console
 from api.members import DeadMembers
 from api.metrics import WorkerCollector
@@ -80,8 +80,9 @@ class ApiCore:
             if waits.waiting:
                 waits.notify()
 
-        for copy in worker.globals.values():
+        for name, copy in worker.globals.items():
             copy.listeners.append(after_global)
+            copy.change_listeners.append(global_changes(hub, name, copy))
 
         async def on_revoked() -> None:
             held.forget()

@@ -161,7 +161,8 @@ async def key_changes(
     key: KeyPath,
     last_event_id: Annotated[str | None, Header(max_length=256)] = None,
 ) -> StreamingResponse:
-    """A stream of the key's values, from the active owner of its partition.
+    """A stream of the key's values, from the active owner of its partition (a global
+    table's from this worker's own copy).
 
     The last segment, `changes`, is the route's own: a key that ends with `/changes` sits
     in the path with that `/` escaped (`x%2Fchanges/changes` is the stream of the key

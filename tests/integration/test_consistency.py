@@ -313,6 +313,42 @@ def test_a_reconnect_with_last_event_id_resumes_without_repeating_the_latest_val
     assert resumed.data["value"]["on_hand"] == {"sku-r": 5}  # not the value it had
 
 
+def test_a_global_tables_key_streams_its_changes_from_every_worker(group: Group) -> None:
+    sku = f"sku-{uuid.uuid4().hex[:8]}"
+
+    def product(name: str) -> dict[str, Any]:
+        return {"sku": sku, "name": name, "category": "dairy"}
+
+    async def run() -> list[list[Event]]:
+        async with aiohttp.ClientSession() as session:
+            responses = [
+                await session.get(
+                    stream_url(worker, "products", sku), timeout=aiohttp.ClientTimeout(total=60)
+                )
+                for worker in group.live()
+            ]
+            streams = [sse(response) for response in responses]
+            seen = [[await asyncio.wait_for(anext(events), 30)] for events in streams]
+            live = group.live()
+            write(live[0], "products", [product("oat milk")])
+            write(live[-1], "products", [product("oat drink")])
+            for got, events in zip(seen, streams, strict=True):
+                while len(got) < 3:
+                    got.append(await asyncio.wait_for(anext(events), 30))
+            for response in responses:
+                assert response.status == 200
+                response.close()
+            return seen
+
+    for seen in asyncio.run(asyncio.wait_for(run(), 90)):
+        assert [e.event for e in seen] == ["absent", "change", "change"]
+        assert [e.data["value"]["name"] for e in seen[1:]] == ["oat milk", "oat drink"]
+        [(topic, applied)] = seen[2].data["position"]["applied"].items()
+        assert topic == "products"
+        assert next(iter(applied.values())) > 0
+        assert seen[1].id != seen[2].id
+
+
 def test_a_thousand_change_streams_on_one_worker_each_get_the_change(group: Group) -> None:
     store = f"store-{uuid.uuid4().hex[:8]}"
     owner = owner_of(group, "inventory", store)
