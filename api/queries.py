@@ -734,7 +734,12 @@ class Queries:
         if query.at is not None:
             window = window_at(windows, query.at)
             if window is None:
-                return self._absent(query, meta, f" for a window holding {query.at}")
+                what = f" for a window holding {query.at}"
+                retention = query.table.retention_ms
+                if retention is not None and query.at < time.time() * 1000 - retention:
+                    kept = time_span(retention)
+                    what += f" (the table keeps windows {kept}: older ones are gone)"
+                return self._absent(query, meta, what)
             span = {"start": window.start, "end": window.end}
             return Answer(200, {**meta, "value": window.value, "window": span})
         found = windows_between(windows, query.start or 0, query.end or 0)
@@ -792,6 +797,14 @@ class Queries:
         answer = self._absent(query, meta)
         answer.body["position"] = shown
         return answer
+
+
+def time_span(ms: int) -> str:
+    """A length of time in its largest whole unit: ``7 days``, ``1 hours``, ``90 seconds``."""
+    for unit, size in (("days", 86_400_000), ("hours", 3_600_000), ("minutes", 60_000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size} {unit}"
+    return f"{ms / 1000:g} seconds"
 
 
 def global_lag(copy: Any, partition: int) -> int | None:

@@ -75,3 +75,40 @@ def test_a_window_without_its_own_retention_keeps_the_workers_default() -> None:
     assert window_retention_ms(Tumbling(MINUTE), 7.0) == 7 * 24 * HOUR
     assert window_retention_ms(WINDOW, 7.0) == HOUR
     assert window_retention_ms(None, 7.0) is None
+
+
+def test_a_read_at_a_time_past_the_retention_says_the_window_is_gone() -> None:
+    from types import SimpleNamespace
+
+    from api.queries import KeyQuery, Queries
+
+    now = int(time.time() * 1000)
+    recent = now - now % MINUTE
+    table = QueryTable(
+        name="per_minute",
+        kind="windowed",
+        topic="streamstate-per_minute-changelog",
+        partitions=1,
+        standby_replicas=0,
+        store=Store(),  # type: ignore[arg-type]
+        window=WINDOW,
+        retention_ms=window_retention_ms(WINDOW, 7.0),
+    )
+    copy = LocalCopy(
+        table, 0, "active", lambda: 0, Partition({table_key(WINDOW, "ann", recent): 2})
+    )
+    queries = Queries.__new__(Queries)
+    queries.routing = SimpleNamespace(own_url="http://w")  # type: ignore[assignment]
+
+    def at(ms: int) -> Any:
+        return queries._answer(KeyQuery(table, "ann", b"ann", 0, at=ms), copy)
+
+    assert at(recent + 1).status == 200
+    gone = at(recent - 2 * HOUR)
+    assert gone.status == 404
+    assert gone.body["detail"] == (
+        f"key 'ann' not found in per_minute for a window holding {recent - 2 * HOUR} "
+        "(the table keeps windows 1 hours: older ones are gone)"
+    )
+    missing = at(recent - 10 * MINUTE)  # within the retention: no such window
+    assert missing.body["detail"].endswith(f"holding {recent - 10 * MINUTE}")
