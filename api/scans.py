@@ -113,7 +113,7 @@ def merge(
 ) -> dict[str, Any]:
     """One page of the whole table from the pages of its partitions."""
     items = sorted(
-        (item for page in pages.values() for item in page.items),
+        ({**item, "partition": page.partition} for page in pages.values() for item in page.items),
         key=lambda item: str(item["key"]).encode("utf-8"),
     )
     more = len(items) > limit or any(page.more for page in pages.values())

@@ -119,6 +119,10 @@ class ScanItem(BaseModel):
     value: Any
 
 
+class ScanPageItem(ScanItem):
+    partition: int = Field(description="The key's partition: its entry in `positions`.")
+
+
 class ScanPartitions(BaseModel):
     served: list[int] = Field(description="Answered by the active copy.")
     stale: list[int] = Field(description="Answered only by a standby copy.")
@@ -126,7 +130,7 @@ class ScanPartitions(BaseModel):
 
 
 class ScanPage(BaseModel):
-    items: list[ScanItem]
+    items: list[ScanPageItem]
     next_cursor: str | None
     partitions: ScanPartitions
     positions: dict[str, ReadPosition] = Field(

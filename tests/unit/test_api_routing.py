@@ -108,6 +108,7 @@ def test_merge_keeps_limit_keys_in_byte_order_and_reports_partitions() -> None:
     }
     page = merge("t", "", pages, 3, 3)
     assert [i["key"] for i in page["items"]] == ["a", "b", "z"]
+    assert [i["partition"] for i in page["items"]] == [1, 0, 1]  # each key's positions entry
     assert decode_cursor(page["next_cursor"], "t", "") == "z"
     assert page["partitions"] == {"served": [0], "stale": [1], "missing": [2]}
     assert merge("t", "", pages, 2, 4)["next_cursor"] is None
