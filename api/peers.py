@@ -1,5 +1,8 @@
 """Calls to the other workers of the group, with short timeouts: forwarded reads through
-the lean pooled client of :mod:`api.peerhttp`, change streams through aiohttp's.
+the lean pooled client of :mod:`api.peerhttp`, change streams through aiohttp's. Each
+relayed change stream holds a connection of its own to the key's owner for as long as it
+lasts, none taken from the reads' pool and none capped per peer: reads are not starved by
+streams, nor streams by reads or by each other (up to :data:`RELAYED_STREAMS`).
 
 Plain key reads (no consistency parameters, no window) of one peer's table asked for in
 the same turn of the event loop go to it as one request, ``GET /internal/reads/{table}
@@ -35,6 +38,14 @@ logger = logging.getLogger(__name__)
 FORWARDED_HEADER = "X-Streamstate-Forwarded"
 #: Longest silence on a relayed change stream (its heartbeats come every 15 s).
 STREAM_READ_S = 40.0
+#: The most change streams a worker relays at once, from all its peers together (each
+#: holds a connection to the key's owner). One more waits for one of them to end, within
+#: :data:`STREAM_OPEN_S`.
+RELAYED_STREAMS = 4096
+#: Longest wait for a relayed stream to open: a connection, then the head of the owner's
+#: answer. A stream has no standby to turn to, unlike a read: it waits longer than a read
+#: would, for an owner that opens hundreds of streams at once.
+STREAM_OPEN_S = 10.0
 #: The path of a peer's batch of plain key reads; the table's name follows.
 BATCH_ROUTE = "/internal/reads/"
 #: The most keys in one batch, and the longest query string of one (percent-encoded).
@@ -86,10 +97,20 @@ def batch_targets(table: str, keys: list[str]) -> list[tuple[str, int]]:
 class Peers:
     """The HTTP client a worker uses to reach its peers."""
 
-    def __init__(self, own_url: str, token: str | None, timeout: float) -> None:
+    def __init__(
+        self,
+        own_url: str,
+        token: str | None,
+        timeout: float,
+        *,
+        streams: int = RELAYED_STREAMS,
+        stream_open_s: float = STREAM_OPEN_S,
+    ) -> None:
         self.own_url = own_url
         self.token = token
         self.timeout = timeout
+        self.streams = streams
+        self.stream_open_s = stream_open_s
         self._session: aiohttp.ClientSession | None = None
         self._reads = PeerClient(self._headers(), connect_s=min(0.5, timeout))
         #: the forwards counter of each (purpose, outcome), looked up once
@@ -100,14 +121,12 @@ class Peers:
         self._unbatched: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def _client(self) -> aiohttp.ClientSession:
+    def _streams(self) -> aiohttp.ClientSession:
+        """The client of relayed change streams: a connection each, closed with it."""
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=128, limit_per_host=32, keepalive_timeout=30, ttl_dns_cache=60
-                ),
-                timeout=aiohttp.ClientTimeout(
-                    total=self.timeout, sock_connect=min(0.5, self.timeout)
+                    limit=self.streams, limit_per_host=0, force_close=True, ttl_dns_cache=60
                 ),
                 headers=self._headers(),
             )
@@ -219,24 +238,26 @@ class Peers:
         self, base: str, path: str, last_event_id: str | None
     ) -> aiohttp.ClientResponse | None:
         """Open a peer's server-sent event stream; the caller reads and releases it. None
-        when the peer does not answer 200."""
+        when the peer does not answer 200, or not within :attr:`stream_open_s` (which a
+        stream waits at most for a connection when this worker relays :attr:`streams`)."""
         headers = {"Accept": "text/event-stream"}
         if last_event_id is not None:
             headers["Last-Event-ID"] = last_event_id
         # No total timeout: the stream lasts; its heartbeats keep reads under sock_read.
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=min(0.5, self.timeout), sock_read=STREAM_READ_S
-        )
+        # Its opening, the connection included, is bounded by stream_open_s.
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=STREAM_READ_S)
         try:
-            response = await self._client().get(
-                URL(f"{base}{path}", encoded=True),
-                headers=headers,
-                timeout=timeout,
-                allow_redirects=False,
-            )
+            async with asyncio.timeout(self.stream_open_s):
+                response = await self._streams().get(
+                    URL(f"{base}{path}", encoded=True),
+                    headers=headers,
+                    timeout=timeout,
+                    allow_redirects=False,
+                )
         except (TimeoutError, aiohttp.ClientError, OSError) as error:
-            FORWARDS.labels(purpose="changes", outcome="unreachable").inc()
-            logger.debug("peer %s stream: %s", base, error)
+            outcome = "timeout" if isinstance(error, TimeoutError) else "unreachable"
+            FORWARDS.labels(purpose="changes", outcome=outcome).inc()
+            logger.debug("peer %s stream %s: %s", base, outcome, error)
             return None
         FORWARDS.labels(purpose="changes", outcome=str(response.status)).inc()
         if response.status != 200:

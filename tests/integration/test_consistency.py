@@ -1,7 +1,8 @@
 """Consistency over HTTP on a real broker with three workers: positions on reads, reads
 that wait for a write's token on every worker (through a kill -9 of the owner too),
-bounded staleness, and change streams (in order, resumable, 1,000 at once, moved on a
-rebalance; only a last path segment `changes` as sent opens one)."""
+bounded staleness, and change streams (in order, resumable, 1,000 at once, 100 relayed
+at once by a worker that does not own the key, moved on a rebalance; only a last path
+segment `changes` as sent opens one)."""
 
 from __future__ import annotations
 
@@ -432,6 +433,44 @@ def test_a_key_ending_in_changes_is_read_as_itself_and_its_stream_is_its_own(
 
     seen = [e.data["value"]["on_hand"]["sku-c"] for e in asyncio.run(firsts())]
     assert seen == list(quantities.values()) * len(group.workers)
+
+
+def test_a_hundred_relayed_change_streams_each_open_and_routed_reads_still_answer(
+    group: Group,
+) -> None:
+    store = f"store-{uuid.uuid4().hex[:8]}"
+    owner = owner_of(group, "inventory", store)
+    relay = next(w for w in group.live() if w is not owner)
+    written = write(relay, "item-events", [restock(store, "sku-h", 1)])
+    call(relay, token_path("inventory", store, written["token"]))
+
+    async def run() -> tuple[list[Event], list[Event], int, Any]:
+        connector = aiohttp.TCPConnector(limit=0)
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            url = stream_url(relay, "inventory", store)
+            opening = [asyncio.ensure_future(session.get(url)) for _ in range(100)]
+            _, waiting = await asyncio.wait(opening, timeout=15)
+            for never in waiting:
+                never.cancel()
+            assert not waiting, f"{len(waiting)} of 100 relayed streams had no answer in 15 s"
+            responses = [opened.result() for opened in opening]
+            assert [r.status for r in responses] == [200] * 100
+            streams = [sse(r) for r in responses]
+            firsts = await asyncio.wait_for(asyncio.gather(*(anext(s) for s in streams)), 15)
+            loop = asyncio.get_running_loop()
+            path = f"/tables/inventory/keys/{store}"
+            status, body = await loop.run_in_executor(None, call, relay, path)
+            write(relay, "item-events", [restock(store, "sku-h", 1)])
+            changes = await asyncio.wait_for(asyncio.gather(*(anext(s) for s in streams)), 15)
+            for response in responses:
+                response.release()
+        return firsts, changes, status, body
+
+    firsts, changes, status, body = asyncio.run(run())
+    assert [e.data["value"]["on_hand"]["sku-h"] for e in firsts] == [1] * 100
+    assert [e.data["value"]["on_hand"]["sku-h"] for e in changes] == [2] * 100
+    assert (status, body["served_by"]) == (200, owner.url)
 
 
 def test_every_word_of_a_written_line_is_in_the_answer_of_its_token(group: Group) -> None:
