@@ -40,11 +40,9 @@ class Store:
         return True
 
 
-def test_a_window_past_its_retention_is_not_served_by_key_or_scan() -> None:
-    now = int(time.time() * 1000)
-    recent = now - now % MINUTE
-    old = recent - 2 * HOUR
-    table = QueryTable(
+def per_minute() -> QueryTable:
+    """A windowed table of one partition whose windows are kept an hour."""
+    return QueryTable(
         name="per_minute",
         kind="windowed",
         topic="streamstate-per_minute-changelog",
@@ -54,6 +52,13 @@ def test_a_window_past_its_retention_is_not_served_by_key_or_scan() -> None:
         window=WINDOW,
         retention_ms=window_retention_ms(WINDOW, 7.0),
     )
+
+
+def test_a_window_past_its_retention_is_not_served_by_key_or_scan() -> None:
+    now = int(time.time() * 1000)
+    recent = now - now % MINUTE
+    old = recent - 2 * HOUR
+    table = per_minute()
     data = Partition(
         {
             table_key(WINDOW, "ann", old): 5,
@@ -84,16 +89,7 @@ def test_a_read_at_a_time_past_the_retention_says_the_window_is_gone() -> None:
 
     now = int(time.time() * 1000)
     recent = now - now % MINUTE
-    table = QueryTable(
-        name="per_minute",
-        kind="windowed",
-        topic="streamstate-per_minute-changelog",
-        partitions=1,
-        standby_replicas=0,
-        store=Store(),  # type: ignore[arg-type]
-        window=WINDOW,
-        retention_ms=window_retention_ms(WINDOW, 7.0),
-    )
+    table = per_minute()
     copy = LocalCopy(
         table, 0, "active", lambda: 0, Partition({table_key(WINDOW, "ann", recent): 2})
     )
