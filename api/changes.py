@@ -205,19 +205,18 @@ def global_document(copy: Any, key: str) -> bytes | None:
     return None if document is None else orjson.dumps(document)
 
 
-def global_changes(hub: ChangeHub, table: str, copy: Any) -> Callable[[int, list[str]], None]:
+def global_changes(hub: ChangeHub, table: str, copy: Any) -> Callable[[int, list[bytes]], None]:
     """The listener of a global table's copy that hands the keys a batch of its records
     changed to their streams (looked up only for keys some stream follows)."""
 
-    def changed(partition: int, keys: list[str]) -> None:
+    def changed(partition: int, keys: list[bytes]) -> None:
         followed = hub.subscribed(table)
         if not followed:
             return
         found: dict[bytes, bytes | None] = {}
-        for key in keys:
-            raw = key.encode("utf-8", "surrogateescape")
+        for raw in keys:
             if raw in followed:
-                found[raw] = global_document(copy, key)
+                found[raw] = global_document(copy, raw.decode("utf-8", "surrogateescape"))
         if found:
             hub.on_cycle(table, partition, found, None)
 

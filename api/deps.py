@@ -52,16 +52,18 @@ def forwarded_by(request: Request) -> str | None:
 _bearer = HTTPBearer(auto_error=False, description="STREAMSTATE_API_TOKEN, when it is set")
 
 
-#: id of a route -> :func:`_query_names` of it (routes live as long as their app)
-_QUERY_NAMES: dict[int, frozenset[str]] = {}
+#: id of a route -> the route and :func:`_query_names` of it
+_QUERY_NAMES: dict[int, tuple[APIRoute, frozenset[str]]] = {}
 
 
 def _query_names(route: APIRoute) -> frozenset[str]:
-    """The query parameters a route takes, its dependencies' included."""
+    """The query parameters a route takes, its dependencies' included. Kept with the
+    route itself: an id names one object only while it lives, and a route of an app
+    dropped since (tests make many) could hand its id on."""
     found = _QUERY_NAMES.get(id(route))
-    if found is None:
-        found = _QUERY_NAMES[id(route)] = _walk_query_names(route)
-    return found
+    if found is None or found[0] is not route:
+        found = _QUERY_NAMES[id(route)] = (route, _walk_query_names(route))
+    return found[1]
 
 
 def _walk_query_names(route: APIRoute) -> frozenset[str]:

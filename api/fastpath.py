@@ -41,16 +41,15 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from api.errors import QueryError
 from api.metrics import QUERY_LATENCY
-from api.middleware import utf8_path
-from api.paths import names_changes, raw_path
+from api.paths import names_changes, raw_path, utf8_path
 from api.peers import BATCH_KEYS, BATCH_ROUTE, FORWARDED_HEADER, PeerAnswer
 from api.queries import (
-    MAX_KEY_BYTES,
     MAX_WAIT_MS,
     Answer,
     KeyQuery,
     Queries,
     ReadOptions,
+    key_too_long,
     owners_answer,
 )
 from api.routing import QueryTable
@@ -180,7 +179,7 @@ class KeyReads:
             return None
         if changes and "/" in key:
             return None  # the change stream of the key before it
-        if len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8")) > MAX_KEY_BYTES:
+        if key_too_long(key):
             return None  # FastAPI's route refuses it (422)
         options = read_options(query_string)
         if options is None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import contextlib
 import time
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 import orjson
 
 from api.metrics import QUERY_LATENCY
+from api.paths import utf8_path
 
 Scope = dict[str, Any]
 
@@ -73,22 +73,6 @@ class HeadMiddleware:
 
         with contextlib.suppress(_HeadDone):
             await self.app({**scope, "method": "GET"}, receive, head_only)
-
-
-def utf8_path(scope: Scope) -> bool:
-    """Whether the request's path is UTF-8 once its percent-escapes are undone. The server
-    decodes it leniently (an escape that is not UTF-8 becomes U+FFFD), which would read
-    another key than the one sent; only a path holding U+FFFD needs the check."""
-    if "\ufffd" not in scope["path"]:
-        return True
-    raw = scope.get("raw_path")
-    if raw is None:
-        return True
-    try:
-        unquote_to_bytes(raw).decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 class PathMiddleware:

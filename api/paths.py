@@ -29,3 +29,19 @@ def names_changes(raw: bytes) -> bool:
     stream, not the key ``.../changes``, whose last ``/`` is escaped (``%2F``)."""
     last = raw.rpartition(b"/")[2]
     return last == CHANGES or (b"%" in last and unquote_to_bytes(last) == CHANGES)
+
+
+def utf8_path(scope: Mapping[str, Any]) -> bool:
+    """Whether the request's path is UTF-8 once its percent-escapes are undone. The server
+    decodes it leniently (an escape that is not UTF-8 becomes U+FFFD), which would read
+    another key than the one sent; only a path holding U+FFFD needs the check."""
+    if "\ufffd" not in scope["path"]:
+        return True
+    raw = scope.get("raw_path")
+    if raw is None:
+        return True
+    try:
+        unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

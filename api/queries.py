@@ -60,10 +60,15 @@ def _decoded_token(text: str, app_id: str, topics: frozenset[str]) -> Token:
     return decode_token(text, app_id, topics=topics)
 
 
+def key_too_long(key: str) -> bool:
+    """Whether a key is over :data:`MAX_KEY_BYTES` bytes of UTF-8 (the limit counts bytes,
+    as Kafka's keys are, not characters); encoded only when it could be."""
+    return len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8")) > MAX_KEY_BYTES
+
+
 def key_within_limit(key: str) -> str:
-    """A key of a path, at most :data:`MAX_KEY_BYTES` bytes of UTF-8 (the limit counts
-    bytes, as Kafka's keys are, not characters)."""
-    if len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8")) > MAX_KEY_BYTES:
+    """A key of a path, at most :data:`MAX_KEY_BYTES` bytes of UTF-8."""
+    if key_too_long(key):
         raise ValueError(
             f"{len(key.encode('utf-8'))} bytes of UTF-8; a key is at most {MAX_KEY_BYTES}"
         )

@@ -164,8 +164,9 @@ class GlobalTableService(Service, Lookups):
         self._applied: dict[int, int] = {}
         #: called with the partition after each batch of its records is applied
         self.listeners: list[Callable[[int], None]] = []
-        #: called with the partition and the keys a batch of its records changed
-        self.change_listeners: list[Callable[[int, list[str]], None]] = []
+        #: called with the partition and the keys (as in the topic) a batch of its
+        #: records changed
+        self.change_listeners: list[Callable[[int, list[bytes]], None]] = []
         self.records_applied = 0
         self.records_invalid = 0
         Service.__init__(self, **kwargs)
@@ -330,8 +331,6 @@ class GlobalTableService(Service, Lookups):
             for listener in self.listeners:
                 listener(partition)
             if pending and self.change_listeners:
-                changed = [
-                    db_key[len(_VALUE) :].decode("utf-8", "surrogateescape") for db_key in pending
-                ]
+                changed = [db_key[len(_VALUE) :] for db_key in pending]
                 for on_change in self.change_listeners:
                     on_change(partition, changed)

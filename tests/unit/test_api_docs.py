@@ -112,3 +112,21 @@ def test_a_peers_forwarded_request_may_carry_parameters_this_worker_does_not_kno
 
     answer = CLIENT.get("/tables?newer=1", headers={FORWARDED_HEADER: "http://127.0.0.1:6067"})
     assert answer.status_code == 200, answer.text
+
+
+def test_a_routes_query_names_are_never_those_of_another_route_that_had_its_id() -> None:
+    from fastapi.routing import APIRoute
+
+    from api import deps
+
+    async def plain() -> None:
+        return None
+
+    async def paged(limit: int = 1, topic: str = "") -> None:
+        return None
+
+    route, other = APIRoute("/plain", plain), APIRoute("/paged", paged)
+    assert deps._query_names(other) == frozenset({"limit", "topic"})
+    # as if a route of an app dropped since had held this route's id
+    deps._QUERY_NAMES[id(route)] = (other, frozenset({"limit", "topic"}))
+    assert deps._query_names(route) == frozenset()
