@@ -33,6 +33,10 @@ def encode_cursor(table: str, prefix: str, key: str) -> str:
 
 def decode_cursor(cursor: str, table: str, prefix: str) -> str:
     """The last key of the previous page, or a 400 for a cursor of another scan."""
+    if not cursor:
+        # An empty cursor is a client's mistake (a next_cursor of null sent as empty), not
+        # a request for the first page: that page again would loop a pager for ever.
+        raise BadRequest("cursor: empty; the first page is read without a cursor")
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         payload = orjson.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
@@ -151,7 +155,7 @@ class Scans:
     async def scan(
         self, table: QueryTable, prefix: str, cursor: str | None, limit: int
     ) -> dict[str, Any]:
-        after = decode_cursor(cursor, table.name, prefix) if cursor else None
+        after = None if cursor is None else decode_cursor(cursor, table.name, prefix)
         if table.kind == "global":
             return self._scan_global(table, prefix, after, limit)
         pages: dict[int, PartitionPage] = {}

@@ -207,6 +207,9 @@ def test_absent_keys_unknown_tables_and_bad_parameters_are_4xx(cluster: Cluster)
     assert call(url, "/tables/sales_by_category/keys/dairy?from=9&to=5")[0] == 400
     assert call(url, "/tables/sales_by_category/keys/dairy?at=-1")[0] == 422
     assert call(url, "/tables/word_counts/keys?cursor=garbage")[0] == 400
+    # An empty cursor is not the first page again (a pager would loop for ever).
+    status, body, _ = call(url, "/tables/word_counts/keys?cursor=")
+    assert (status, "empty" in body["detail"]) == (400, True)
     assert call(url, "/tables/word_counts/keys?limit=0")[0] == 422
     assert call(url, "/tables/word_counts/keys/" + "x" * 2000)[0] == 422
     # The limit counts bytes of UTF-8 on every route of a key: 600 characters of "é" are
