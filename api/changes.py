@@ -27,6 +27,7 @@ import orjson
 
 from api.errors import NoReplica, NotHeldHere
 from api.local import LocalCopy
+from api.peers import StreamNotOpened
 from api.positions import Positions, ReadPosition
 from api.queries import KeyQuery, Queries
 from tables.windows import AnyWindow, key_prefix, parse_window_range, window_end_ms
@@ -252,12 +253,13 @@ class Changes:
                 f"{query.table.name} partition {query.partition} has no active owner now; "
                 "the group may be rebalancing"
             )
-        upstream = await queries.peers.stream(owner, query.path + "/changes", last_event_id)
-        if upstream is None:
+        try:
+            upstream = await queries.peers.stream(owner, query.path + "/changes", last_event_id)
+        except StreamNotOpened as refused:
             raise NoReplica(
-                f"the owner of {query.table.name} partition {query.partition} "
-                "did not open the stream"
-            )
+                f"the stream of {query.table.name} partition {query.partition} could not be "
+                f"relayed: {refused}"
+            ) from None
         return self._relay(upstream)
 
     def _local(

@@ -45,7 +45,10 @@ class ApiCore:
         settings = worker.settings
         membership = worker.membership
         self.peers = Peers(
-            normalize_url(membership.canonical_url), settings.api_token, settings.forward_timeout
+            normalize_url(membership.canonical_url),
+            settings.api_token,
+            settings.forward_timeout,
+            streams=settings.relayed_streams,
         )
         self.producer = RecordProducer(
             settings.bootstrap_servers, client_id=f"{membership.app_id}-api"

@@ -39,8 +39,8 @@ FORWARDED_HEADER = "X-Streamstate-Forwarded"
 #: Longest silence on a relayed change stream (its heartbeats come every 15 s).
 STREAM_READ_S = 40.0
 #: The most change streams a worker relays at once, from all its peers together (each
-#: holds a connection to the key's owner). One more waits for one of them to end, within
-#: :data:`STREAM_OPEN_S`.
+#: holds a connection to the key's owner), unless ``STREAMSTATE_RELAYED_STREAMS`` says
+#: otherwise. One more waits for one of them to end, within :data:`STREAM_OPEN_S`.
 RELAYED_STREAMS = 4096
 #: Longest wait for a relayed stream to open: a connection, then the head of the owner's
 #: answer. A stream has no standby to turn to, unlike a read: it waits longer than a read
@@ -92,6 +92,10 @@ def batch_targets(table: str, keys: list[str]) -> list[tuple[str, int]]:
     if parts:
         targets.append((head + "&".join(parts), len(parts)))
     return targets
+
+
+class StreamNotOpened(Exception):
+    """A peer's change stream could not be opened; the message says why."""
 
 
 class Peers:
@@ -236,10 +240,11 @@ class Peers:
 
     async def stream(
         self, base: str, path: str, last_event_id: str | None
-    ) -> aiohttp.ClientResponse | None:
-        """Open a peer's server-sent event stream; the caller reads and releases it. None
-        when the peer does not answer 200, or not within :attr:`stream_open_s` (which a
-        stream waits at most for a connection when this worker relays :attr:`streams`)."""
+    ) -> aiohttp.ClientResponse:
+        """Open a peer's server-sent event stream; the caller reads and releases it.
+        Raises :class:`StreamNotOpened`, saying why, when the peer does not answer 200, or
+        not within :attr:`stream_open_s` (which a stream waits at most for a connection
+        when this worker relays :attr:`streams`)."""
         headers = {"Accept": "text/event-stream"}
         if last_event_id is not None:
             headers["Last-Event-ID"] = last_event_id
@@ -258,11 +263,18 @@ class Peers:
             outcome = "timeout" if isinstance(error, TimeoutError) else "unreachable"
             FORWARDS.labels(purpose="changes", outcome=outcome).inc()
             logger.debug("peer %s stream %s: %s", base, outcome, error)
-            return None
+            if outcome == "unreachable":
+                raise StreamNotOpened(f"the owner {base} cannot be reached") from None
+            raise StreamNotOpened(
+                f"the owner {base} did not open it within {self.stream_open_s:g} s, or no "
+                f"connection was free: this worker relays at most {self.streams:,} change "
+                "streams at once (STREAMSTATE_RELAYED_STREAMS), and one more waits for "
+                "another to end"
+            ) from None
         FORWARDS.labels(purpose="changes", outcome=str(response.status)).inc()
         if response.status != 200:
             response.release()
-            return None
+            raise StreamNotOpened(f"the owner {base} answered {response.status}")
         return response
 
     async def close(self) -> None:

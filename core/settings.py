@@ -118,6 +118,11 @@ class Settings(BaseSettings):
     log_transient_grace_s: float = Field(20.0, ge=0)
     #: How long a forwarded key read may take before a standby answers, in seconds.
     forward_timeout: float = Field(1.0, gt=0)
+    #: The most change streams a worker relays from its peers at once (each holds a
+    #: connection to the key's owner, about two file descriptors with the client's); one
+    #: more waits for one of them to end, and is a 503 naming this bound if none ends in
+    #: time.
+    relayed_streams: int = Field(4096, ge=1)
     #: The worker's garbage collector thresholds (``gc.set_threshold``): a batch cycle
     #: allocates hundreds of thousands of short-lived objects, and CPython's defaults
     #: (700, 10, 10) spend a quarter of the worker's time collecting them.
