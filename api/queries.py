@@ -460,7 +460,23 @@ class Queries:
 
     async def read(self, query: KeyQuery, forwarded_by: str | None) -> Answer:
         """Answer a key read from the best copy that can answer it, within the read's
-        timeout from start to end (every hop and every wait shares one deadline)."""
+        timeout from start to end (every hop and every wait shares one deadline).
+
+        A read this worker answers its client 504 (no copy reached its token's position
+        in time) counts once in ``streamstate_position_wait_timeouts``; a copy that timed
+        out on the way to another copy's answer does not, and neither does a peer's
+        forwarded read (the worker that answers the client counts it)."""
+        try:
+            answer = await self._read(query, forwarded_by)
+        except NotYet:
+            if forwarded_by is None:
+                self.waits.timeouts += 1
+            raise
+        if answer.status == 504 and forwarded_by is None:
+            self.waits.timeouts += 1  # the owner's own 504, relayed
+        return answer
+
+    async def _read(self, query: KeyQuery, forwarded_by: str | None) -> Answer:
         if query.table.kind == "global":
             return await self._read_global(query)
         deadline = time.monotonic() + query.wait_s
@@ -679,7 +695,6 @@ class Queries:
                     raise OwnerMoved(query.table.name, query.partition)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    self.waits.timeouts += 1
                     raise NotYet(
                         f"{copy.replica} copy of {query.table.name} partition "
                         f"{query.partition} did not reach the token's position in "
@@ -766,7 +781,6 @@ class Queries:
         while missing := consistency.missing(position):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self.waits.timeouts += 1
                 raise NotYet(
                     f"this worker's copy of the global table {query.table.name} did not "
                     f"reach the token's position in {consistency.timeout_ms} ms",

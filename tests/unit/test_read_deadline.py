@@ -152,6 +152,30 @@ def test_no_copy_reaching_the_position_ends_the_read_at_its_timeout() -> None:
     later = peers_without_new.asked[1:]
     assert later
     assert all(timeout == 0 and wait == 0 for _, timeout, wait in later)
+    assert reads.waits.timeouts == 1  # one read answered 504, counted once
+
+
+def test_only_a_read_answered_504_counts_as_a_position_wait_timeout() -> None:
+    # The owner is gone; this worker's standby waits the whole timeout in vain; another
+    # worker's copy holds the position: the read is answered 200, and no timeout counts.
+    routing, peers = Routing("http://dead"), Peers()
+    quick = KeyQuery(
+        TABLE,
+        "store-1",
+        b"store-1",
+        2,
+        consistency=Consistency(token="t", topic="item-events", wanted={2: 10}, timeout_ms=200),
+    )
+    reads = queries(routing, Local(Standby()), peers)
+    answer = asyncio.run(reads.read(quick, forwarded_by=None))
+    assert (answer.status, answer.body["value"]) == (200, {"new": True})
+    assert reads.waits.timeouts == 0
+    # A peer's forwarded read that times out is counted by the worker that answers the
+    # client, not here.
+    forwarded = queries(routing, Local(Standby()), Peers())
+    with pytest.raises(NotYet):
+        asyncio.run(forwarded.read(quick, forwarded_by="http://other"))
+    assert forwarded.waits.timeouts == 0
 
 
 def test_a_read_no_copy_answers_asks_again_until_the_group_has_rebalanced() -> None:
