@@ -143,15 +143,24 @@ class Peers:
         return headers
 
     async def get(
-        self, base: str, path: str, params: dict[str, Any], *, purpose: str, wait: float = 0.0
+        self,
+        base: str,
+        path: str,
+        params: dict[str, Any],
+        *,
+        purpose: str,
+        wait: float = 0.0,
+        grace: float | None = None,
     ) -> PeerAnswer | None:
         """GET ``base + path`` (``path`` already percent-encoded); None when the peer
-        cannot be reached or does not answer in time (``wait`` seconds more than the
-        usual timeout for a read that may wait for a position)."""
+        cannot be reached or does not answer in time: ``wait`` seconds (how long a read
+        may wait there for a position) and then the usual timeout, or ``grace`` if that
+        is shorter (for a read whose client gave its own timeout)."""
         query = urlencode({k: v for k, v in params.items() if v is not None})
         target = f"{path}?{query}" if query else path
+        slack = self.timeout if grace is None else min(self.timeout, grace)
         try:
-            status, raw = await self._reads.get(base, target, self.timeout + wait)
+            status, raw = await self._reads.get(base, target, wait + slack)
         except (TimeoutError, PeerHTTPError) as error:
             outcome = "timeout" if isinstance(error, TimeoutError) else "unreachable"
             self._count(purpose, outcome)

@@ -90,6 +90,9 @@ def encode_key(key: str) -> bytes:
 
 #: How long a read waits for a token's position by default, and at most (ms).
 DEFAULT_WAIT_MS = 5_000
+#: How long after a token read's timeout a peer asked for it may still answer (network
+#: and its event loop), before the read is answered from the other copies.
+ANSWER_GRACE_S = 0.3
 MAX_WAIT_MS = 30_000
 
 
@@ -563,7 +566,16 @@ class Queries:
         #: copies that answered but could not serve the read (behind its token or bound)
         refusals: list[PeerAnswer] = []
         if owner is not None and owner != self.routing.own_url:
-            answer = await self._ask(owner, query, deadline, purpose="owner")
+            # The owner has applied at least what this worker's standby has: when the
+            # standby holds the token's position already, so does the owner, which
+            # answers at once; it is not waited for beyond the grace (a stopped owner
+            # would hold the read for its whole timeout, with the answer here).
+            held_here = (
+                copy is not None
+                and bool(query.consistency.wanted)
+                and not query.consistency.missing(self.position(copy))
+            )
+            answer = await self._ask(owner, query, deadline, purpose="owner", patient=not held_here)
             if answer is not None and answer.status == 504 and isinstance(answer.body, dict):
                 return Answer(504, answer.body)  # the owner waited the read's whole timeout
             relayed = owners_answer(answer)
@@ -594,14 +606,23 @@ class Queries:
         return await self._from_peers(query, owner, candidates, refusals, deadline)
 
     async def _ask(
-        self, url: str, query: KeyQuery, deadline: float, *, purpose: str
+        self, url: str, query: KeyQuery, deadline: float, *, purpose: str, patient: bool = True
     ) -> PeerAnswer | None:
-        """One peer's answer to ``query``, given what is left of the read's timeout."""
+        """One peer's answer to ``query``, given what is left of the read's timeout;
+        ``patient`` False: the peer has no reason to wait for the read's position, and is
+        given the grace only."""
         if query.plain:  # sent with the other plain reads of the peer in this turn
             return await self.peers.read_soon(url, query.table.name, query.key, purpose=purpose)
         remaining = max(0.0, deadline - time.monotonic())
         params = query.params_within(remaining)
-        return await self.peers.get(url, query.path, params, purpose=purpose, wait=remaining)
+        # A read with a token has the client's own timeout: a peer that has not answered
+        # a little after it ends (stopped, say) is given up on, and the other copies
+        # answer in the time left, so the read ends near its timeout_ms.
+        grace = ANSWER_GRACE_S if query.consistency.wanted else None
+        wait = remaining if patient else 0.0
+        return await self.peers.get(
+            url, query.path, params, purpose=purpose, wait=wait, grace=grace
+        )
 
     async def _from_peers(
         self,

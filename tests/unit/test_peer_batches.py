@@ -172,3 +172,16 @@ def test_batches_are_split_by_key_count_and_query_length() -> None:
     assert all(len(urlsplit(target).query) <= BATCH_QUERY_CHARS for target, _ in targets)
     sent = [value for target, _ in targets for _, value in parse_qsl(urlsplit(target).query)]
     assert sent == long
+
+
+async def test_a_read_with_a_grace_gives_up_on_a_silent_peer_within_it(start: Start) -> None:
+    server = await start(lambda head: b"")  # takes the request, never answers it
+    peers = Peers("http://me:1", None, 5.0)
+    # Waited 0.2 s for a position, then the grace of 0.1 s, not the 5-s forward timeout:
+    # wait_for's own bound of 2 s would raise first if the grace were not applied.
+    answer = await asyncio.wait_for(
+        peers.get(server.base, "/tables/t/keys/k", {}, purpose="owner", wait=0.2, grace=0.1), 2
+    )
+    assert answer is None
+    assert len(server.heads) == 1
+    await peers.close()

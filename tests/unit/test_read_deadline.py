@@ -12,7 +12,14 @@ import pytest
 from api.errors import BadRequest, NoReplica, NotYet
 from api.peers import PeerAnswer
 from api.positions import PositionWaits, ReadPosition
-from api.queries import DEFAULT_WAIT_MS, Consistency, KeyQuery, Queries, ReadOptions
+from api.queries import (
+    ANSWER_GRACE_S,
+    DEFAULT_WAIT_MS,
+    Consistency,
+    KeyQuery,
+    Queries,
+    ReadOptions,
+)
 from api.routing import QueryTable
 from api.tokens import Token, encode_token
 
@@ -72,11 +79,20 @@ class Peers:
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, int | None, float]] = []
+        self.graces: list[float | None] = []
 
     async def get(
-        self, base: str, path: str, params: dict[str, Any], *, purpose: str, wait: float = 0.0
+        self,
+        base: str,
+        path: str,
+        params: dict[str, Any],
+        *,
+        purpose: str,
+        wait: float = 0.0,
+        grace: float | None = None,
     ) -> PeerAnswer | None:
         self.asked.append((base, params.get("timeout_ms"), wait))
+        self.graces.append(grace)
         if base == "http://new":
             body = {"replica": "active", "offset_lag": 0, "value": {"new": True}}
             return PeerAnswer(base, 200, body)
@@ -170,12 +186,28 @@ def test_only_a_read_answered_504_counts_as_a_position_wait_timeout() -> None:
     answer = asyncio.run(reads.read(quick, forwarded_by=None))
     assert (answer.status, answer.body["value"]) == (200, {"new": True})
     assert reads.waits.timeouts == 0
+    # every peer was asked to answer within the read's timeout and a short grace, not the
+    # forwarding timeout as well
+    assert set(peers.graces) == {ANSWER_GRACE_S}
     # A peer's forwarded read that times out is counted by the worker that answers the
     # client, not here.
     forwarded = queries(routing, Local(Standby()), Peers())
     with pytest.raises(NotYet):
         asyncio.run(forwarded.read(quick, forwarded_by="http://other"))
     assert forwarded.waits.timeouts == 0
+
+
+def test_a_standby_holding_the_tokens_position_waits_for_the_owner_the_grace_only() -> None:
+    # The owner has applied at least what this standby has, so it has no position to wait
+    # for: asked with no wait of its own, and the standby answers if it stays silent.
+    routing, peers = Routing("http://dead"), Peers()
+    reads = queries(routing, Local(Standby()), peers)
+    reads.position = lambda copy: ReadPosition(2, {"item-events": {2: 10}}, 0, None)  # type: ignore[method-assign]
+    answer = asyncio.run(reads.read(QUERY, forwarded_by=None))
+    assert answer.status == 200  # the best of the other copies (here another worker's)
+    assert peers.asked[0][0] == "http://dead"
+    assert peers.asked[0][2] == 0.0  # no wait: the grace alone
+    assert peers.graces[0] == ANSWER_GRACE_S
 
 
 def test_a_read_no_copy_answers_asks_again_until_the_group_has_rebalanced() -> None:
@@ -287,9 +319,17 @@ class Silent(Peers):
         self.answers = answers
 
     async def get(
-        self, base: str, path: str, params: dict[str, Any], *, purpose: str, wait: float = 0.0
+        self,
+        base: str,
+        path: str,
+        params: dict[str, Any],
+        *,
+        purpose: str,
+        wait: float = 0.0,
+        grace: float | None = None,
     ) -> PeerAnswer | None:
         self.asked.append((base, params.get("timeout_ms"), wait))
+        self.graces.append(grace)
         return self.answers.get(base)
 
 
