@@ -93,6 +93,9 @@ class Peers:
     ) -> PeerAnswer | None:
         self.asked.append((base, params.get("timeout_ms"), wait))
         self.graces.append(grace)
+        return self.answer(base)
+
+    def answer(self, base: str) -> PeerAnswer | None:
         if base == "http://new":
             body = {"replica": "active", "offset_lag": 0, "value": {"new": True}}
             return PeerAnswer(base, 200, body)
@@ -318,18 +321,7 @@ class Silent(Peers):
         super().__init__()
         self.answers = answers
 
-    async def get(
-        self,
-        base: str,
-        path: str,
-        params: dict[str, Any],
-        *,
-        purpose: str,
-        wait: float = 0.0,
-        grace: float | None = None,
-    ) -> PeerAnswer | None:
-        self.asked.append((base, params.get("timeout_ms"), wait))
-        self.graces.append(grace)
+    def answer(self, base: str) -> PeerAnswer | None:
         return self.answers.get(base)
 
 
