@@ -90,10 +90,10 @@ def encode_key(key: str) -> bytes:
 
 #: How long a read waits for a token's position by default, and at most (ms).
 DEFAULT_WAIT_MS = 5_000
+MAX_WAIT_MS = 30_000
 #: How long after a token read's timeout a peer asked for it may still answer (network
 #: and its event loop), before the read is answered from the other copies.
 ANSWER_GRACE_S = 0.3
-MAX_WAIT_MS = 30_000
 
 
 @dataclass(frozen=True)
